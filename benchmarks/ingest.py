@@ -1,0 +1,103 @@
+"""``vlm-server bench ingest``: our image pipeline vs paddleformers' Qwen2-VL image processor.
+
+Both sides start from the same encoded bytes (decode included) and run single-threaded. Ours
+produces uint8 patches (normalization happens in the model); the reference produces normalized
+float32 pixel values. ``max_abs_diff`` compares the reference with our patches normalized by
+:meth:`MediaProcessor.normalize`.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from benchmarks.media_corpus import mixed_corpus
+from encoder_cache.processor_cache import ProcessorCache
+from vision.ingest import MediaIngestor
+from vision.processor_config import ProcessorConfig
+
+# Released Qwen2-VL preprocessor settings.
+QWEN2_VL_CONFIG = {"model_type": "qwen2_vl"}
+QWEN2_VL_PREPROCESSOR = {
+    "min_pixels": 3136,
+    "max_pixels": 12845056,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+def reference_processor():
+    """paddleformers' Qwen2-VL image processor with the released settings."""
+    import paddleformers  # noqa: F401  (must precede transformers' processors)
+    from paddleformers.transformers.qwen2_vl.image_processor import Qwen2VLImageProcessor
+
+    return Qwen2VLImageProcessor(
+        min_pixels=QWEN2_VL_PREPROCESSOR["min_pixels"],
+        max_pixels=QWEN2_VL_PREPROCESSOR["max_pixels"],
+    )
+
+
+def reference_decode_and_process(processor, data: bytes) -> dict[str, np.ndarray]:
+    image = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    return processor(image, return_tensors="np")
+
+
+def _time_per_pass(fn, items, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for item in items:
+            fn(item)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def run(repeat: int = 3) -> dict[str, Any]:
+    _single_thread()
+    corpus = [item.data for item in mixed_corpus()]
+    config = ProcessorConfig.from_dicts(QWEN2_VL_CONFIG, QWEN2_VL_PREPROCESSOR)
+    reference = reference_processor()
+    uncached = MediaIngestor(config, cache=ProcessorCache(0))
+    cached = MediaIngestor(config, cache=ProcessorCache(4 << 30))
+
+    max_diff = 0.0
+    for data in corpus:
+        ours = uncached.image(data)
+        ref = reference_decode_and_process(reference, data)
+        if tuple(ref["image_grid_thw"][0]) != ours.grid_thw:
+            raise AssertionError(f"grid mismatch: {ref['image_grid_thw'][0]} vs {ours.grid_thw}")
+        ours_values = uncached.processor.normalize(ours.items[0].patches)
+        max_diff = max(max_diff, float(np.abs(ours_values - ref["pixel_values"]).max()))
+        cached.image(data)
+
+    ours_s = _time_per_pass(uncached.image, corpus, repeat)
+    ref_s = _time_per_pass(lambda d: reference_decode_and_process(reference, d), corpus, repeat)
+    hit_s = _time_per_pass(cached.image, corpus, max(repeat, 5))
+    n = len(corpus)
+    return {
+        "images": n,
+        "ours_images_per_s": round(n / ours_s, 2),
+        "reference_images_per_s": round(n / ref_s, 2),
+        "hit_images_per_s": round(n / hit_s, 2),
+        "speedup": round(ref_s / ours_s, 2),
+        "hit_speedup": round(ref_s / hit_s, 2),
+        "max_abs_diff": max_diff,
+        "reference": "paddleformers Qwen2VLImageProcessor (decode included)",
+    }
+
+
+def _single_thread() -> None:
+    import cv2
+
+    cv2.setNumThreads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:  # pragma: no cover
+        pass

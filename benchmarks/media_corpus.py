@@ -1,0 +1,50 @@
+"""Real photographs and scans from scikit-image, encoded as JPEG/PNG/WebP at several sizes."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "page", "text", "camera")
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    name: str
+    data: bytes
+
+
+def load_photo(name: str) -> Image.Image:
+    """A scikit-image sample image (shipped with the package, no download)."""
+    try:
+        from skimage import data as skdata
+    except ImportError as e:  # pragma: no cover - the test extras install it
+        raise SystemExit(
+            "the benchmark corpus needs scikit-image: pip install 'vlm-serve[test]'"
+        ) from e
+    array = getattr(skdata, name)()
+    if array.dtype != np.uint8:
+        array = (np.clip(array, 0, 1) * 255).astype(np.uint8)
+    return Image.fromarray(array)
+
+
+def encode(image: Image.Image, fmt: str, **save_args) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, fmt, **save_args)
+    return buf.getvalue()
+
+
+def mixed_corpus() -> list[EncodedImage]:
+    """24 images: 8 photos x (JPEG 1280x960, PNG at native size, WebP 640x480-ish)."""
+    out = []
+    for name in PHOTOS:
+        photo = load_photo(name)
+        rgb = photo.convert("RGB")
+        out.append(EncodedImage(f"{name}.jpg", encode(rgb.resize((1280, 960)), "JPEG", quality=90)))
+        out.append(EncodedImage(f"{name}.png", encode(photo, "PNG")))
+        small = rgb.resize((640, max(28, round(640 * rgb.height / rgb.width))))
+        out.append(EncodedImage(f"{name}.webp", encode(small, "WEBP", quality=85)))
+    return out

@@ -1,0 +1,53 @@
+"""The ``vlm-server`` command line: ``serve``, ``bench`` and friends."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from benchmarks import BENCHMARKS
+
+
+def _serve(args: argparse.Namespace) -> int:
+    print(
+        "vlm-server serve: the HTTP server is not yet available in this version "
+        "(it lands with the engine and server issues).",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _bench(args: argparse.Namespace) -> int:
+    result = BENCHMARKS[args.name](args)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        for key, value in result.items():
+            print(f"{key:>28}: {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vlm-server", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve a model over HTTP (not yet available)")
+    serve.add_argument("model", nargs="?", help="local Hugging Face-format model directory")
+    serve.set_defaults(func=_serve)
+
+    bench = commands.add_parser("bench", help="run a benchmark against its baseline")
+    bench.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark to run")
+    bench.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    bench.add_argument("--repeat", type=int, default=3, help="timed passes over the workload")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
