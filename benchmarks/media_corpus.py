@@ -38,7 +38,11 @@ def encode(image: Image.Image, fmt: str, **save_args) -> bytes:
 
 
 def mixed_corpus() -> list[EncodedImage]:
-    """24 images: 8 photos x (JPEG 1280x960, PNG at native size, WebP 640x480-ish)."""
+    """26 images of mixed sizes and formats, shaped like a serving workload.
+
+    8 photos and scans x (JPEG 1280x960 camera shot, PNG at native size 172..1000 px, WebP
+    640 px wide web image), plus 2 phone photos (JPEG 4032x3024, 12 Mpx).
+    """
     out = []
     for name in PHOTOS:
         photo = load_photo(name)
@@ -47,4 +51,7 @@ def mixed_corpus() -> list[EncodedImage]:
         out.append(EncodedImage(f"{name}.png", encode(photo, "PNG")))
         small = rgb.resize((640, max(28, round(640 * rgb.height / rgb.width))))
         out.append(EncodedImage(f"{name}.webp", encode(small, "WEBP", quality=85)))
+    for name in ("astronaut", "coffee"):
+        phone = load_photo(name).convert("RGB").resize((4032, 3024), Image.Resampling.BICUBIC)
+        out.append(EncodedImage(f"{name}-phone.jpg", encode(phone, "JPEG", quality=90)))
     return out

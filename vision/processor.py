@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image
-
 from vision.errors import UnsupportedMedia
 from vision.hashing import chunk_hash
 from vision.processor_config import ProcessorConfig
+from vision.patchify import patch_rows
+from vision.resample import resize_to_planar
 from vision.types import ProcessedItem, ProcessedMedia
-
-
-def patchify(frames: np.ndarray, patch: int, temporal_patch: int, block: int) -> np.ndarray:
-    """Cut ``frames [T, H, W, C]`` into rows of ``C * temporal_patch * patch * patch`` values.
-
-    Rows are ordered by temporal group, then by ``block x block`` groups of patches in raster
-    order, then by patch inside the group (``block = 1`` gives plain raster order); each row
-    holds ``(C, temporal, patch_row, patch_col)``. Works on any dtype; ingestion keeps uint8.
-    """
-    t, h, w, c = frames.shape
-    gt, gh, gw = t // temporal_patch, h // patch, w // patch
-    x = frames.reshape(gt, temporal_patch, gh // block, block, patch, gw // block, block, patch, c)
-    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
-    return x.reshape(gt * gh * gw, c * temporal_patch * patch * patch)
 
 
 class MediaProcessor:
@@ -44,15 +30,15 @@ class MediaProcessor:
         h, w = self.config.image_resize.target_size(height, width)
         return w, h
 
-    def process_image(self, image: Image.Image, mm_hash: str) -> ProcessedMedia:
-        """Resize (Pillow bicubic on uint8) and patchify one RGB image."""
+    def process_image(self, pixels: np.ndarray, mm_hash: str) -> ProcessedMedia:
+        """Resize (bicubic, equal to Pillow's on uint8) and patchify one RGB image ``[H, W, 3]``.
+
+        An image fills every temporal slot of a patch (Qwen: the frame is repeated).
+        """
         cfg = self.config
-        size = self.image_target_size(*image.size)
-        if size != image.size:
-            image = image.resize(size, Image.Resampling.BICUBIC)
-        pixels = np.asarray(image)
-        frames = np.broadcast_to(pixels[None], (cfg.temporal_patch_size, *pixels.shape))
-        patches = self._patchify(frames)
+        size = self.image_target_size(pixels.shape[1], pixels.shape[0])
+        planes = resize_to_planar(pixels, *size)
+        patches = self._patchify(planes[None], repeat=cfg.temporal_patch_size)
         grid = (1, size[1] // cfg.patch_size, size[0] // cfg.patch_size)
         tokens = grid[1] * grid[2] // (cfg.merge_size**2)
         item = ProcessedItem("image", mm_hash, grid, tokens, patches)
@@ -80,10 +66,10 @@ class MediaProcessor:
         tokens //= cfg.merge_size**2 * cfg.video_temporal_merge
         for start in range(0, n, chunk):
             raw = np.ascontiguousarray(frames[start : start + chunk])
-            resized = self._resize_frames(raw, w, h)
+            planar = np.stack([resize_to_planar(frame, w, h) for frame in raw])
             grid = (per_chunk_t, h // cfg.patch_size, w // cfg.patch_size)
             item_hash = chunk_hash(raw.data, raw.shape, self.fingerprint)
-            items.append(ProcessedItem("video", item_hash, grid, tokens, self._patchify(resized)))
+            items.append(ProcessedItem("video", item_hash, grid, tokens, self._patchify(planar)))
         grid_t = n // cfg.temporal_patch_size
         seconds_per_t = cfg.temporal_patch_size / sample_fps if sample_fps > 0 else 1.0
         return ProcessedMedia(
@@ -94,22 +80,12 @@ class MediaProcessor:
             seconds_per_t,
         )
 
-    @staticmethod
-    def _resize_frames(frames: np.ndarray, width: int, height: int) -> np.ndarray:
-        if frames.shape[1:3] == (height, width):
-            return frames
-        return np.stack(
-            [
-                np.asarray(Image.fromarray(f).resize((width, height), Image.Resampling.BICUBIC))
-                for f in frames
-            ]
-        )
-
     # -- shared --------------------------------------------------------------------------------
-    def _patchify(self, frames: np.ndarray) -> np.ndarray:
+    def _patchify(self, planar_frames: np.ndarray, repeat: int = 1) -> np.ndarray:
         cfg = self.config
         block = cfg.merge_size if cfg.merge_block_order else 1
-        return patchify(frames, cfg.patch_size, cfg.temporal_patch_size, block)
+        temporal = cfg.temporal_patch_size // repeat
+        return patch_rows(planar_frames, cfg.patch_size, temporal, block, repeat=repeat)
 
     def normalize(self, patches: np.ndarray) -> np.ndarray:
         """float32 ``(patches / 255 - mean) / std`` per channel (the reference's pixel values)."""
