@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+
 from vision.errors import UnsupportedMedia
 from vision.hashing import chunk_hash
-from vision.processor_config import ProcessorConfig
 from vision.patchify import patch_rows
+from vision.processor_config import ProcessorConfig
 from vision.resample import resize_to_planar
 from vision.types import ProcessedItem, ProcessedMedia
 
