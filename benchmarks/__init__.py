@@ -9,8 +9,12 @@ from typing import Any
 
 def _ingest(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.ingest import run
+    from benchmarks.media_corpus import mixed_corpus
 
-    return run(repeat=args.repeat)
+    corpus = mixed_corpus()
+    if args.quick:
+        corpus = [item for item in corpus if "phone" not in item.name][:6]
+    return run(repeat=1 if args.quick else args.repeat, corpus=corpus)
 
 
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {

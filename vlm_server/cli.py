@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run a benchmark against its baseline")
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark to run")
     bench.add_argument("--json", action="store_true", help="print one JSON object on the last line")
-    bench.add_argument("--repeat", type=int, default=3, help="timed passes over the workload")
+    bench.add_argument("--repeat", type=int, default=3, help="timed runs per item (best counts)")
+    bench.add_argument(
+        "--quick", action="store_true", help="a small workload, one run each (smoke test)"
+    )
     bench.set_defaults(func=_bench)
     return parser
 

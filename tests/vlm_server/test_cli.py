@@ -1,0 +1,45 @@
+"""The installed ``vlm-server`` console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def vlm_server() -> list[str]:
+    exe = shutil.which("vlm-server", path=str(Path(sys.executable).parent))
+    assert exe, "the vlm-server console script is not installed in this environment"
+    return [exe]
+
+
+def test_bench_ingest_json_last_line():
+    done = subprocess.run(
+        [*vlm_server(), "bench", "ingest", "--json", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("ours_images_per_s", "reference_images_per_s", "speedup", "hit_speedup"):
+        assert result[key] > 0
+    assert result["images"] == 6
+    assert result["max_abs_diff"] <= 1e-5
+
+
+def test_serve_says_not_yet_available():
+    done = subprocess.run([*vlm_server(), "serve"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "not yet available" in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["bench", "nope"], []])
+def test_bad_arguments_exit_with_usage(argv):
+    done = subprocess.run([*vlm_server(), *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "usage:" in done.stderr
