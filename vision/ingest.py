@@ -61,13 +61,13 @@ class MediaIngestor:
 
     def video(self, ref: MediaRef) -> ProcessedMedia:
         """Load, sample and process one video."""
+        if not self.config.supports_video or self.config.frame_sampling is None:
+            raise UnsupportedMedia(f"the {self.config.family} model does not accept video input")
         data = load_bytes(ref, self.policy, self.limits.max_video_bytes)
         key = media_hash(data, self.processor.fingerprint)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        if not self.config.supports_video or self.config.frame_sampling is None:
-            raise UnsupportedMedia(f"the {self.config.family} model does not accept video input")
         frames, meta = read_video(data, self.config.frame_sampling, self.limits.max_video_frames)
         sample_fps = len(frames) / meta.duration_s if meta.duration_s > 0 else 0.0
         processed = self.processor.process_video(frames, sample_fps, key)

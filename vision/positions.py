@@ -15,13 +15,15 @@ class MediaPlacement:
         offset: index of the first placeholder token.
         grid: ``(t, h, w)`` after spatial (and, for ERNIE video, temporal) merging; the span is
             ``t * h * w`` tokens in t-major, then row, then column order.
-        time_scale: temporal position step per grid step; positions are ``int(i * time_scale)``
-            (1 except Qwen2.5-VL video: ``seconds_per_grid_t * tokens_per_second``).
+        time_scale: ``None`` (temporal positions step by one) or Qwen2.5-VL's
+            ``(seconds_per_grid_t, tokens_per_second)``: temporal index ``i`` is placed at
+            ``int(i * seconds_per_grid_t * tokens_per_second)``, evaluated in float32 from left
+            to right as the reference does.
     """
 
     offset: int
     grid: tuple[int, int, int]
-    time_scale: float = 1.0
+    time_scale: tuple[float, float] | None = None
 
     @property
     def length(self) -> int:
@@ -54,9 +56,13 @@ def rope_positions(num_tokens: int, placements: list[MediaPlacement]) -> tuple[n
     return positions, rope_delta
 
 
-def _media_block(grid: tuple[int, int, int], time_scale: float) -> np.ndarray:
+def _media_block(grid: tuple[int, int, int], time_scale: tuple[float, float] | None) -> np.ndarray:
     t, h, w = grid
-    t_index = (np.arange(t, dtype=np.float64) * time_scale).astype(np.int64)
+    if time_scale is None:
+        t_index = np.arange(t, dtype=np.int64)
+    else:
+        seconds, rate = (np.float32(v) for v in time_scale)
+        t_index = ((np.arange(t, dtype=np.float32) * seconds) * rate).astype(np.int64)
     block = np.empty((3, t, h, w), dtype=np.int64)
     block[0] = t_index[:, None, None]
     block[1] = np.arange(h)[None, :, None]

@@ -74,11 +74,10 @@ def expand_prompt(
 def _placement(media: ProcessedMedia, offset: int, config: ProcessorConfig) -> MediaPlacement:
     t, h, w = media.grid_thw
     merge = config.merge_size
-    time_scale = 1.0
+    time_scale = None
+    if config.tokens_per_second is not None:
+        seconds = media.seconds_per_grid_t if media.modality == "video" else 0.0
+        time_scale = (seconds, config.tokens_per_second)
     if media.modality == "video":
         t //= config.video_temporal_merge
-        if config.tokens_per_second is not None:
-            time_scale = media.seconds_per_grid_t * config.tokens_per_second
-    elif config.tokens_per_second is not None:
-        time_scale = 0.0
     return MediaPlacement(offset, (t, h // merge, w // merge), time_scale)

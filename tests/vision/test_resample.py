@@ -20,7 +20,9 @@ def pillow_resize(pixels: np.ndarray, width: int, height: int) -> np.ndarray:
 @given(h=sizes, w=sizes, out_h=sizes, out_w=sizes, seed=st.integers(0, 2**32 - 1))
 def test_random_sizes_equal_pillow(h, w, out_h, out_w, seed):
     pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
-    np.testing.assert_array_equal(resize_bicubic(pixels, out_w, out_h), pillow_resize(pixels, out_w, out_h))
+    np.testing.assert_array_equal(
+        resize_bicubic(pixels, out_w, out_h), pillow_resize(pixels, out_w, out_h)
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -28,7 +30,9 @@ def test_random_sizes_equal_pillow(h, w, out_h, out_w, seed):
 def test_strong_down_and_upscaling_equal_pillow(h, w, scale, seed):
     pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
     out_w, out_h = max(1, round(w * scale)), max(1, round(h * scale))
-    np.testing.assert_array_equal(resize_bicubic(pixels, out_w, out_h), pillow_resize(pixels, out_w, out_h))
+    np.testing.assert_array_equal(
+        resize_bicubic(pixels, out_w, out_h), pillow_resize(pixels, out_w, out_h)
+    )
 
 
 def test_extreme_values_clamp_like_pillow():
