@@ -19,7 +19,7 @@ import importlib.util
 import io
 import sys
 import types
-from functools import lru_cache
+from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -53,7 +53,7 @@ def install_triton_stub() -> None:
     sys.modules["triton.language"] = language
 
 
-@lru_cache(maxsize=None)
+@cache
 def paddleformers() -> Any:
     """Import paddleformers (it must come before any transformers processor import)."""
     import paddleformers as module
@@ -61,7 +61,7 @@ def paddleformers() -> Any:
     return module
 
 
-@lru_cache(maxsize=None)
+@cache
 def paddle() -> Any:
     paddleformers()
     import paddle as module
@@ -125,7 +125,7 @@ def reference_decode(data: bytes) -> Image.Image:
 
 
 # -- image processors ----------------------------------------------------------------------------
-@lru_cache(maxsize=None)
+@cache
 def hf_image_processor(family: str) -> Any:
     """transformers' numpy/PIL (slow) image processor for ``family``, with the released settings."""
     paddleformers()
@@ -163,7 +163,7 @@ def hf_image_processor(family: str) -> Any:
     raise ValueError(family)
 
 
-@lru_cache(maxsize=None)
+@cache
 def pf_image_processor(family: str) -> Any:
     """paddleformers' image processor for ``family``, with the released settings."""
     paddleformers()
@@ -240,7 +240,7 @@ def pf_image(family: str, image: Image.Image) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- video processors ----------------------------------------------------------------------------
-@lru_cache(maxsize=None)
+@cache
 def pf_qwen_video_processor(min_pixels: int, max_pixels: int) -> Any:
     """paddleformers' Qwen2VLVideoProcessor (no frame sampling) with the given frame budget."""
     paddleformers()
@@ -314,6 +314,18 @@ def pf_qwen_sample_frames(
             fps=fps,
         )
     )
+
+
+def pf_qwen_nframes(
+    total: int, video_fps: float, fps: float, min_frames: int, max_frames: int
+) -> int:
+    """paddleformers' ``qwen2_vl.vision_process.smart_nframes`` (the qwen-vl-utils count rule):
+    the number of frames sampled from ``total`` frames at ``video_fps``."""
+    paddleformers()
+    from paddleformers.transformers.qwen2_vl.vision_process import smart_nframes
+
+    ele = {"fps": fps, "min_frames": min_frames, "max_frames": max_frames}
+    return int(smart_nframes(ele, total_frames=total, video_fps=video_fps))
 
 
 def pf_ernie_frame_indices(
@@ -419,7 +431,9 @@ def qwen25_rope_index(
     return pos.numpy()[:, 0].astype(np.int64), int(np.asarray(delta.numpy()).reshape(-1)[0])
 
 
-def paddleocr_rope_index(ids: list[int], image_grid: tuple[int, int, int]) -> tuple[np.ndarray, int]:
+def paddleocr_rope_index(
+    ids: list[int], image_grid: tuple[int, int, int]
+) -> tuple[np.ndarray, int]:
     """paddleformers ``PaddleOCRVLForConditionalGeneration.get_rope_index`` on one sequence with
     exactly one image (the reference supports one image per sequence only)."""
     install_triton_stub()
@@ -497,7 +511,7 @@ class _CharTokenizer:
         return self.special.get(tokens, ord(tokens) if len(tokens) == 1 else -1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def ernie_processor() -> Any:
     """paddleformers' ``Ernie4_5_VLProcessor`` with a character tokenizer and the released image
     and our video pixel budgets (built without ``__init__``, which needs a real tokenizer)."""

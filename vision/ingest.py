@@ -51,7 +51,7 @@ class MediaIngestor:
     def image(self, ref: MediaRef) -> ProcessedMedia:
         """Load and process one image."""
         data = load_bytes(ref, self.policy, self.limits.max_image_bytes)
-        key = media_hash(data, self.processor.fingerprint)
+        key = media_hash(data, "image:" + self.processor.fingerprint)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
@@ -64,7 +64,7 @@ class MediaIngestor:
         if not self.config.supports_video or self.config.frame_sampling is None:
             raise UnsupportedMedia(f"the {self.config.family} model does not accept video input")
         data = load_bytes(ref, self.policy, self.limits.max_video_bytes)
-        key = media_hash(data, self.processor.fingerprint)
+        key = media_hash(data, "video:" + self.processor.fingerprint)
         cached = self.cache.get(key)
         if cached is not None:
             return cached

@@ -15,7 +15,8 @@ class MediaLimits:
         max_video_bytes: largest encoded video accepted (default 256 MiB).
         max_image_pixels: largest decoded width*height, checked from the header before the pixel
             data is decoded, so decompression bombs are refused cheaply (default 64 Mpx).
-        max_aspect_ratio: largest long-side/short-side ratio (the models' smart resize limit, 200).
+        max_aspect_ratio: largest long-side/short-side ratio; the processors refuse ratios above
+            200 whatever this says (the models' smart resize limit).
         max_video_frames: largest number of frames sampled from one video (default 768).
     """
 

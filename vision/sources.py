@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import os
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,14 +20,16 @@ from vision.errors import InvalidMediaRequest, MediaAccessDenied, MediaTooLarge,
 from vision.limits import MediaAccessPolicy
 
 MediaRef = bytes | bytearray | memoryview | str | os.PathLike
+_WHITESPACE = re.compile(r"\s+")
 
 
 def load_bytes(ref: MediaRef, policy: MediaAccessPolicy, max_bytes: int) -> bytes:
     """Return the encoded bytes a reference points to, enforcing the access policy and size cap.
 
     Accepted references: raw bytes; ``data:<mime>;base64,<payload>``; ``file://`` URLs and plain
-    paths (only under ``policy.allowed_local_root``); ``http(s)://`` URLs (only for
-    ``policy.allowed_domains``).
+    paths (only under ``policy.allowed_local_root``; relative paths are taken from that root);
+    ``http(s)://`` URLs (only for ``policy.allowed_domains``, within ``policy.url_timeout_s`` in
+    total).
     """
     if isinstance(ref, (bytes, bytearray, memoryview)):
         data = bytes(ref)
@@ -69,7 +74,7 @@ def decode_data_url(url: str, max_bytes: int) -> bytes:
     # base64 inflates by 4/3: refuse oversized payloads before decoding them.
     _check_size(len(payload) * 3 // 4 - 2, max_bytes)
     try:
-        return base64.b64decode(payload.strip(), validate=False)
+        return base64.b64decode(_WHITESPACE.sub("", payload), validate=True)
     except (binascii.Error, ValueError) as e:
         raise InvalidMediaRequest(f"malformed base64 payload in data URL: {e}") from None
 
@@ -80,14 +85,18 @@ def _read_local(path: Path, policy: MediaAccessPolicy, max_bytes: int) -> bytes:
             "local file paths are disabled: start the server with --allowed-local-media-path"
         )
     root = Path(policy.allowed_local_root).resolve()
+    path = path.expanduser()
+    if not path.is_absolute():
+        path = root / path
     try:
-        resolved = path.expanduser().resolve(strict=True)
-    except FileNotFoundError:
-        raise InvalidMediaRequest(f"media file not found: {path}") from None
+        resolved = path.resolve()
     except (OSError, RuntimeError) as e:
         raise InvalidMediaRequest(f"cannot resolve media path {path}: {e}") from None
+    # Containment first, so nothing is revealed about files outside the root.
     if not resolved.is_relative_to(root):
         raise MediaAccessDenied(f"media path {path} resolves outside the allowed media root {root}")
+    if not resolved.exists():
+        raise InvalidMediaRequest(f"media file not found: {path}")
     if not resolved.is_file():
         raise InvalidMediaRequest(f"media path is not a regular file: {path}")
     size = resolved.stat().st_size
@@ -131,19 +140,40 @@ def _fetch_url(url: str, policy: MediaAccessPolicy, max_bytes: int) -> bytes:
         )
     opener = urllib.request.build_opener(_CheckedRedirects(policy))
     request = urllib.request.Request(url, headers={"User-Agent": "vlm-serve"})
+    deadline = time.monotonic() + policy.url_timeout_s
     try:
         with opener.open(request, timeout=policy.url_timeout_s) as response:
             declared = response.headers.get("Content-Length")
-            if declared is not None and declared.isdigit():
-                _check_size(int(declared), max_bytes)
-            data = response.read(max_bytes + 1)
+            declared = int(declared) if declared is not None and declared.isdigit() else None
+            if declared is not None:
+                _check_size(declared, max_bytes)
+            data = _read_until(response, max_bytes + 1, deadline)
     except urllib.error.HTTPError as e:
         raise InvalidMediaRequest(f"fetching media URL failed with HTTP {e.code}: {url}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as e:
-        reason = getattr(e, "reason", e)
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+        reason = getattr(e, "reason", None) or str(e) or type(e).__name__
         raise InvalidMediaRequest(f"fetching media URL failed ({reason}): {url}") from None
     _check_size(len(data), max_bytes)
+    if declared is not None and len(data) != declared:
+        raise InvalidMediaRequest(
+            f"fetching media URL failed: got {len(data)} of {declared} bytes: {url}"
+        )
     return data
+
+
+def _read_until(response, limit: int, deadline: float) -> bytes:
+    """Read at most ``limit`` bytes, failing once the overall deadline has passed."""
+    parts: list[bytes] = []
+    received = 0
+    while received < limit:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the download took longer than the URL timeout")
+        part = response.read1(min(1 << 16, limit - received))
+        if not part:
+            break
+        parts.append(part)
+        received += len(part)
+    return b"".join(parts)
 
 
 def _check_size(size: int, max_bytes: int) -> None:
