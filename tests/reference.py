@@ -125,78 +125,63 @@ def reference_decode(data: bytes) -> Image.Image:
 
 
 # -- image processors ----------------------------------------------------------------------------
+IMAGE_PROCESSOR_CLASSES = {
+    ("hf", "qwen"): (
+        "transformers.models.qwen2_vl.image_processing_qwen2_vl",
+        "Qwen2VLImageProcessor",
+    ),
+    ("hf", "paddleocr_vl"): (
+        "transformers.models.paddleocr_vl.image_processing_paddleocr_vl",
+        "PaddleOCRVLImageProcessor",
+    ),
+    ("hf", "ernie4_5_vl"): (
+        "transformers.models.ernie4_5_vl_moe.image_processing_ernie4_5_vl_moe",
+        "Ernie4_5_VLMoeImageProcessor",
+    ),
+    ("pf", "qwen"): (
+        "paddleformers.transformers.qwen2_vl.image_processor",
+        "Qwen2VLImageProcessor",
+    ),
+    ("pf", "paddleocr_vl"): (
+        "paddleformers.transformers.paddleocr_vl.image_processor",
+        "PaddleOCRVLImageProcessor",
+    ),
+    ("pf", "ernie4_5_vl"): (
+        "paddleformers.transformers.ernie4_5_moe_vl.image_processor",
+        "Ernie4_5_VLImageProcessor",
+    ),
+}
+
+
+def _image_processor(source: str, family: str) -> Any:
+    """A reference image processor (``source`` hf: transformers' numpy/PIL one; pf:
+    paddleformers') for ``family`` with the released settings."""
+    import importlib
+
+    paddleformers()
+    key = (source, "qwen" if family in QWEN_FAMILIES else family)
+    module, name = IMAGE_PROCESSOR_CLASSES[key]
+    cls = getattr(importlib.import_module(module), name)
+    lo, hi = image_pixels(family)
+    kwargs = _norm_kwargs(family)
+    if family == "ernie4_5_vl":
+        if source == "hf":
+            return cls(size={"shortest_edge": lo, "longest_edge": hi}, **kwargs)
+        return cls(min_pixels=lo, max_pixels=hi, **kwargs)
+    temporal = int(released_preprocessor(family)["temporal_patch_size"])
+    return cls(min_pixels=lo, max_pixels=hi, temporal_patch_size=temporal, **kwargs)
+
+
 @cache
 def hf_image_processor(family: str) -> Any:
     """transformers' numpy/PIL (slow) image processor for ``family``, with the released settings."""
-    paddleformers()
-    lo, hi = image_pixels(family)
-    pre = released_preprocessor(family)
-    kwargs = _norm_kwargs(family)
-    if family in QWEN_FAMILIES:
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-
-        return Qwen2VLImageProcessor(
-            min_pixels=lo,
-            max_pixels=hi,
-            temporal_patch_size=int(pre["temporal_patch_size"]),
-            **kwargs,
-        )
-    if family == "paddleocr_vl":
-        from transformers.models.paddleocr_vl.image_processing_paddleocr_vl import (
-            PaddleOCRVLImageProcessor,
-        )
-
-        return PaddleOCRVLImageProcessor(
-            min_pixels=lo,
-            max_pixels=hi,
-            temporal_patch_size=int(pre["temporal_patch_size"]),
-            **kwargs,
-        )
-    if family == "ernie4_5_vl":
-        from transformers.models.ernie4_5_vl_moe.image_processing_ernie4_5_vl_moe import (
-            Ernie4_5_VLMoeImageProcessor,
-        )
-
-        return Ernie4_5_VLMoeImageProcessor(
-            size={"shortest_edge": lo, "longest_edge": hi}, **kwargs
-        )
-    raise ValueError(family)
+    return _image_processor("hf", family)
 
 
 @cache
 def pf_image_processor(family: str) -> Any:
     """paddleformers' image processor for ``family``, with the released settings."""
-    paddleformers()
-    lo, hi = image_pixels(family)
-    pre = released_preprocessor(family)
-    kwargs = _norm_kwargs(family)
-    if family in QWEN_FAMILIES:
-        from paddleformers.transformers.qwen2_vl.image_processor import Qwen2VLImageProcessor
-
-        return Qwen2VLImageProcessor(
-            min_pixels=lo,
-            max_pixels=hi,
-            temporal_patch_size=int(pre["temporal_patch_size"]),
-            **kwargs,
-        )
-    if family == "paddleocr_vl":
-        from paddleformers.transformers.paddleocr_vl.image_processor import (
-            PaddleOCRVLImageProcessor,
-        )
-
-        return PaddleOCRVLImageProcessor(
-            min_pixels=lo,
-            max_pixels=hi,
-            temporal_patch_size=int(pre["temporal_patch_size"]),
-            **kwargs,
-        )
-    if family == "ernie4_5_vl":
-        from paddleformers.transformers.ernie4_5_moe_vl.image_processor import (
-            Ernie4_5_VLImageProcessor,
-        )
-
-        return Ernie4_5_VLImageProcessor(min_pixels=lo, max_pixels=hi, **kwargs)
-    raise ValueError(family)
+    return _image_processor("pf", family)
 
 
 def _as_rows(pixel_values: Any, grid: Any) -> tuple[np.ndarray, np.ndarray]:
