@@ -90,7 +90,7 @@ def test_random_workloads_keep_invariants_and_drain(
     )
     scheduler, finished = drive(config, cache, requests, aborts)
     assert set(finished) == {rid for rid, *_ in requests}
-    for rid, text, spans, max_tokens in requests:
+    for rid, _text, _spans, max_tokens in requests:
         request = finished[rid]
         produced = len(request.output_token_ids)
         if request.finish_reason is FinishReason.MAX_TOKENS:
