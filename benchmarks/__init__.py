@@ -17,6 +17,13 @@ def _ingest(args: argparse.Namespace) -> dict[str, Any]:
     return run(repeat=1 if args.quick else args.repeat, corpus=corpus)
 
 
+def _scheduler(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.scheduler_bench import SIZES, run
+
+    return run(sizes=SIZES[:2] if args.quick else SIZES, steps=5 if args.quick else 50)
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "ingest": _ingest,
+    "scheduler": _scheduler,
 }

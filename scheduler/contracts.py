@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from vision.types import MultimodalInputs
 
@@ -76,9 +77,8 @@ class NewRequestData:
     sampling: SamplingParams
 
 
-@dataclass(frozen=True)
-class ScheduledChunk:
-    """One request's work this step.
+class ScheduledChunk(NamedTuple):
+    """One request's work this step (a named tuple: one is built per request per step).
 
     Attributes:
         request_id: the request.
@@ -136,7 +136,7 @@ class SchedulerOutput:
 
     @property
     def num_scheduled_tokens(self) -> int:
-        return sum(chunk.num_tokens for chunk in self.chunks)
+        return sum(chunk.end - chunk.start for chunk in self.chunks)
 
     @property
     def is_empty(self) -> bool:

@@ -57,6 +57,7 @@ class KVBlockManager:
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[BlockKey, int] = {}
         self._request_keys: dict[str, list[BlockKey]] = {}
+        self._registered: dict[str, int] = {}  # request id -> leading blocks already cached
         self.stats = BlockStats()
 
     # -- queries -----------------------------------------------------------------------------
@@ -151,8 +152,12 @@ class KVBlockManager:
         if not self.enable_prefix_caching:
             return
         num_full = min(request.num_computed_tokens, request.num_tokens) // self.block_size
+        done = self._registered.get(request.request_id, 0)
+        if num_full <= done:
+            return
         keys = self.full_block_keys(request, num_full)
-        for index in range(num_full):
+        self._registered[request.request_id] = num_full
+        for index in range(done, num_full):
             block = request.block_ids[index]
             if self.block_keys[block] is not None:
                 continue
@@ -171,10 +176,12 @@ class KVBlockManager:
                 if self.block_keys[block] is None:
                     self.free.move_to_end(block, last=False)
         request.block_ids.clear()
+        self._registered.pop(request.request_id, None)
 
     def forget_request(self, request_id: str) -> None:
         """Drop memoized keys of a request that is gone for good."""
         self._request_keys.pop(request_id, None)
+        self._registered.pop(request_id, None)
 
     # -- checks ------------------------------------------------------------------------------
     def check_invariants(self, live_requests: list[Request] | None = None) -> None:

@@ -183,7 +183,6 @@ class Scheduler:
 
         out.free_mm_hashes = self.encoder.take_evicted()
         self.stats.steps += 1
-        self.stats.scheduled_tokens += out.num_scheduled_tokens
         return out
 
     def _plan_chunk(
@@ -193,7 +192,9 @@ class Scheduler:
         total = request.num_tokens
         end = min(total, start + budget)
         items = request.mm_items
-        if end < total and items:
+        if not items or start >= items[-1].end:
+            return _Chunk(end, [])
+        if end < total:
             inside = _span_containing(items, end)
             if inside is not None:
                 end = inside.offset if inside.offset > start else inside.end
@@ -260,7 +261,7 @@ class Scheduler:
     ) -> tuple[int, int, bool]:
         """Record the planned chunk and its encoder work; return the remaining budgets."""
         rid = request.request_id
-        items = request.mm_items
+        items = request.mm_items if request.mm_items and start < request.mm_items[-1].end else []
         for item in items:
             if item.end <= start or item.offset >= chunk.end:
                 continue
@@ -295,17 +296,12 @@ class Scheduler:
         num_tokens = chunk.end - start
         if num_tokens > budget:
             self.stats.budget_overruns += 1
-        out.chunks.append(
-            ScheduledChunk(
-                rid,
-                request.slot,
-                start,
-                chunk.end,
-                tuple(request.block_ids[known_blocks:]),
-                chunk.end == request.num_tokens,
-            )
-        )
+        block_ids = request.block_ids
+        new_blocks = tuple(block_ids[known_blocks:]) if known_blocks < len(block_ids) else ()
+        sample = chunk.end == request.num_tokens
+        out.chunks.append(ScheduledChunk(rid, request.slot, start, chunk.end, new_blocks, sample))
         request.num_computed_tokens = chunk.end
+        self.stats.scheduled_tokens += num_tokens
         return max(0, budget - num_tokens), enc_budget, encoded_any
 
     # -- results -----------------------------------------------------------------------------
@@ -318,9 +314,11 @@ class Scheduler:
             request = self.requests.get(chunk.request_id)
             if request is None or request.status is not RequestStatus.RUNNING:
                 continue  # aborted (or preempted) since it was scheduled
-            for item in request.mm_items:
-                if item.offset < chunk.end and item.end > chunk.start:
-                    self.encoder.release(request.request_id, item.mm_hash)
+            items = request.mm_items
+            if items and chunk.start < items[-1].end:
+                for item in items:
+                    if item.offset < chunk.end and item.end > chunk.start:
+                        self.encoder.release(request.request_id, item.mm_hash)
             self.blocks.cache_computed_blocks(request)
             if not chunk.sample:
                 continue

@@ -32,6 +32,20 @@ def test_bench_ingest_json_last_line():
     assert result["max_abs_diff"] <= 1e-5
 
 
+def test_bench_scheduler_json_last_line():
+    done = subprocess.run(
+        [*vlm_server(), "bench", "scheduler", "--json", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result["us_per_step"]) == {"16", "64"}
+    assert all(value > 0 for value in result["us_per_step"].values())
+    assert all(value > 0 for value in result["us_per_token"].values())
+
+
 def test_serve_says_not_yet_available():
     done = subprocess.run([*vlm_server(), "serve"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
