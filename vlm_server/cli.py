@@ -28,6 +28,14 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _make_tiny(args: argparse.Namespace) -> int:
+    from runner.make_tiny import make_tiny
+
+    out = make_tiny(args.arch, args.out, seed=args.seed)
+    print(f"wrote a random {args.arch} checkpoint (not a trained model) to {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlm-server", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -44,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="a small workload, one run each (smoke test)"
     )
     bench.set_defaults(func=_bench)
+    tiny = commands.add_parser(
+        "make-tiny", help="write a small random checkpoint in the real Hugging Face format"
+    )
+    tiny.add_argument("--arch", required=True, choices=["paddleocr_vl"], help="model family")
+    tiny.add_argument("--out", required=True, help="output directory")
+    tiny.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    tiny.set_defaults(func=_make_tiny)
     return parser
 
 
