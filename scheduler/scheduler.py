@@ -74,6 +74,9 @@ class Scheduler:
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         limit = self.max_len
+        if request.num_prompt_tokens == 0:
+            self._finish(request, FinishReason.ERROR, "the prompt is empty")
+            return
         if request.num_prompt_tokens >= limit:
             what = "max_model_len" if limit == self.config.max_model_len else "the KV cache"
             self._finish(
@@ -181,7 +184,8 @@ class Scheduler:
                 request, start, chunk, 0, budget, enc_budget, encoded_any, out
             )
 
-        out.free_mm_hashes = self.encoder.take_evicted()
+        # An item evicted and encoded again within the step stays: the runner keeps it.
+        out.free_mm_hashes = [h for h in self.encoder.take_evicted() if h not in self.encoder]
         self.stats.steps += 1
         return out
 
@@ -322,16 +326,20 @@ class Scheduler:
             self.blocks.cache_computed_blocks(request)
             if not chunk.sample:
                 continue
-            token = result.sampled[chunk.request_id]
-            request.output_token_ids.append(token)
-            if request.first_token_time is None:
-                request.first_token_time = now
-            reason = self._stop_reason(request, token)
+            token = result.sampled.get(chunk.request_id)
+            error = None
+            if token is None:
+                reason, error = FinishReason.ERROR, "the model runner returned no token"
+            else:
+                request.output_token_ids.append(token)
+                if request.first_token_time is None:
+                    request.first_token_time = now
+                reason = self._stop_reason(request, token)
             if reason is not None:
                 finished.append(request)
                 self._release_running(request)
                 self._gone_ids.append(request.request_id)
-                self._finish(request, reason)
+                self._finish(request, reason, error)
         if finished:
             gone = {id(r) for r in finished}
             self.running = [r for r in self.running if id(r) not in gone]
