@@ -25,10 +25,14 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if min(self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len) < 1:
             raise ValueError("scheduler limits must be positive")
+        if self.max_num_encoder_tokens is not None and self.max_num_encoder_tokens < 1:
+            raise ValueError("max_num_encoder_tokens must be positive (or None)")
 
     @property
     def encoder_budget(self) -> int:
-        return self.max_num_encoder_tokens or self.max_num_batched_tokens
+        if self.max_num_encoder_tokens is None:
+            return self.max_num_batched_tokens
+        return self.max_num_encoder_tokens
 
 
 @dataclass(frozen=True)

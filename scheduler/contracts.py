@@ -107,8 +107,9 @@ class ScheduledChunk(NamedTuple):
 class EncodeItem:
     """A media item to run through the vision encoder this step.
 
-    ``cache=False`` marks an item larger than the whole encoder cache: its features are used by
-    this step's chunk and dropped afterwards.
+    ``cache=False`` marks an item larger than the whole encoder cache: its features serve every
+    chunk of this step that needs the item (it is encoded once per step) and are dropped after
+    the step. The runner executes the whole plan, including encodes for requests aborted since.
     """
 
     request_id: str
