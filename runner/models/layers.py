@@ -167,3 +167,59 @@ class TextAttention(nn.Layer):
         q, k = ops.rope_half(q, cos, sin), ops.rope_half(k, cos, sin)
         out = backend.attend(self.layer, q, k, v)
         return self.o_proj(out.reshape([n, self.heads * self.head_dim]))
+
+
+class DecoderLayer(nn.Layer):
+    """Pre-norm decoder block: RMSNorm, GQA attention with rope, RMSNorm, SwiGLU MLP."""
+
+    def __init__(
+        self,
+        index: int,
+        hidden: int,
+        intermediate: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        eps: float,
+        qkv_bias: bool,
+    ) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.self_attn = TextAttention(index, hidden, heads, kv_heads, head_dim, qkv_bias)
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.mlp = GatedMLP(hidden, intermediate)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, backend: AttentionBackend) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Layer):
+    """Token embeddings, decoder layers and the final norm (``model.*`` in checkpoints)."""
+
+    def __init__(
+        self,
+        vocab: int,
+        hidden: int,
+        intermediate: int,
+        layers: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        eps: float,
+        qkv_bias: bool,
+    ) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.layers = nn.LayerList(
+            [
+                DecoderLayer(i, hidden, intermediate, heads, kv_heads, head_dim, eps, qkv_bias)
+                for i in range(layers)
+            ]
+        )
+        self.norm = RMSNorm(hidden, eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, backend: AttentionBackend) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, cos, sin, backend)
+        return self.norm(x)

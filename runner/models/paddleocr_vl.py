@@ -10,12 +10,10 @@ from typing import Any
 from maca_kernels import ops
 from runner.models.layers import (
     AttentionBackend,
+    DecoderStack,
     FeedForward,
     FullSequenceAttention,
-    GatedMLP,
     LayerNorm,
-    RMSNorm,
-    TextAttention,
     activation_name,
     mrope_cos_sin,
     vision_2d_cos_sin,
@@ -224,34 +222,6 @@ class Projector(nn.Layer):
 # -- language model ----------------------------------------------------------------------------
 
 
-class DecoderLayer(nn.Layer):
-    def __init__(self, cfg: PaddleOCRVLConfig, index: int) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = TextAttention(
-            index,
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-            qkv_bias=cfg.use_bias,
-        )
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, bias=cfg.use_bias)
-
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, backend: AttentionBackend) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class TextModel(nn.Layer):
-    def __init__(self, cfg: PaddleOCRVLConfig) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.LayerList([DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-
 class PaddleOCRVLForConditionalGeneration(nn.Layer):
     """The whole model. Parameter names follow the checkpoint's legacy layout."""
 
@@ -260,7 +230,17 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
         self.config = cfg
         self.visual = Visual(cfg)
         self.mlp_AR = Projector(cfg)  # noqa: N815 - the checkpoint's name
-        self.model = TextModel(cfg)
+        self.model = DecoderStack(
+            cfg.vocab_size,
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.num_hidden_layers,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            cfg.rms_norm_eps,
+            qkv_bias=cfg.use_bias,
+        )
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
@@ -299,9 +279,7 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
         cos, sin = mrope_cos_sin(
             position_ids, cfg.head_dim, cfg.rope_theta, list(cfg.mrope_section)
         )
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, backend)
-        return self.model.norm(x)
+        return self.model(x, cos, sin, backend)
 
     def logits(self, hidden: Tensor) -> Tensor:
         if self.lm_head is None:
