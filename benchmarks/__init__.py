@@ -23,7 +23,14 @@ def _scheduler(args: argparse.Namespace) -> dict[str, Any]:
     return run(sizes=SIZES[:2] if args.quick else SIZES, steps=5 if args.quick else 50)
 
 
+def _model(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.model_bench import run
+
+    return run(quick=args.quick, repeat=args.repeat if args.quick else 1)
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "ingest": _ingest,
     "scheduler": _scheduler,
+    "model": _model,
 }

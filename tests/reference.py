@@ -15,10 +15,7 @@ Rules the references impose (see the notes next to each wrapper):
 
 from __future__ import annotations
 
-import importlib.util
 import io
-import sys
-import types
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
@@ -26,6 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
+from benchmarks.model_reference import install_triton_stub
 from vision.released_configs import RELEASED, released_processor_config
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
@@ -33,32 +31,11 @@ IMAGE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "paddleocr_vl", "ernie4_5_vl")
 
 
 # -- imports -----------------------------------------------------------------------------------
-def install_triton_stub() -> None:
-    """Register a do-nothing ``triton`` module unless the real one can be imported.
-
-    Its version is below 3, so paddleformers reports its triton rope kernel as unavailable and
-    uses the plain implementation.
-    """
-    if "triton" in sys.modules or importlib.util.find_spec("triton") is not None:
-        return
-    triton = types.ModuleType("triton")
-    triton.__version__ = "0.0.0"
-    triton.jit = lambda fn=None, **kwargs: fn if fn is not None else (lambda f: f)
-    triton.cdiv = lambda a, b: (a + b - 1) // b
-    triton.next_power_of_2 = lambda n: 1 << (int(n) - 1).bit_length()
-    language = types.ModuleType("triton.language")
-    language.constexpr = object
-    triton.language = language
-    sys.modules["triton"] = triton
-    sys.modules["triton.language"] = language
-
-
-@cache
 def paddleformers() -> Any:
     """Import paddleformers (it must come before any transformers processor import)."""
-    import paddleformers as module
+    from benchmarks.model_reference import import_paddleformers
 
-    return module
+    return import_paddleformers()
 
 
 @cache

@@ -18,10 +18,9 @@ def tiny_ocr_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def reference_ocr_model(tiny_ocr_dir, tmp_path_factory):
     """paddleformers' PaddleOCR-VL loaded from (a copy of) the make-tiny directory."""
-    from tests.reference import install_triton_stub, paddleformers
+    from benchmarks.model_reference import import_paddleformers
 
-    install_triton_stub()
-    paddleformers()
+    import_paddleformers()
     from paddleformers.transformers.paddleocr_vl.modeling import (
         PaddleOCRVLForConditionalGeneration,
     )
