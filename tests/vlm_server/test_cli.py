@@ -46,6 +46,21 @@ def test_bench_scheduler_json_last_line():
     assert all(value > 0 for value in result["us_per_token"].values())
 
 
+def test_bench_model_quick_json_last_line():
+    done = subprocess.run(
+        [*vlm_server(), "bench", "model", "--json", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("ours_vision_s", "reference_vision_s", "ours_prefill_s", "reference_prefill_s"):
+        assert result[key] > 0
+    assert result["vision_speedup"] > 0 and result["prefill_speedup"] > 0
+    assert result["image_tokens"] == 280
+
+
 def test_serve_says_not_yet_available():
     done = subprocess.run([*vlm_server(), "serve"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
