@@ -30,7 +30,7 @@ class TinySpec:
     config: dict[str, Any]  # config.json with token ids given as special-token names
     preprocessor: dict[str, Any]
     chat_template: str
-    bos: str
+    bos: str | None
     eos: str
     pad: str
     unk: str
@@ -62,7 +62,131 @@ PADDLEOCR_VL_TEMPLATE = (
     '{%- if add_generation_prompt -%}{{- "Assistant:\\n" -}}{%- endif -%}'
 )
 
+QWEN_VL_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture "
+    "{{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video "
+    "{{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+QWEN_TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "max_position_embeddings": 4096,
+    "max_window_layers": 2,
+    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "sliding_window": 32768,
+    "torch_dtype": "float32",
+    "bos_token_id": "<|endoftext|>",
+    "eos_token_id": "<|im_end|>",
+    "pad_token_id": "<|endoftext|>",
+    "vision_start_token_id": "<|vision_start|>",
+    "vision_end_token_id": "<|vision_end|>",
+    "vision_token_id": "<|vision_pad|>",
+    "image_token_id": "<|image_pad|>",
+    "video_token_id": "<|video_pad|>",
+}
+QWEN_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "do_resize": True,
+    "resample": 3,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "do_convert_rgb": True,
+    "min_pixels": 3136,
+    "max_pixels": 12845056,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+def _qwen_spec(qwen25: bool) -> TinySpec:
+    if qwen25:
+        arch, model_type = "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"
+        vision = {
+            "depth": 3,
+            "hidden_act": "silu",
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_heads": 2,
+            "in_chans": 3,
+            "in_channels": 3,
+            "out_hidden_size": 64,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "spatial_patch_size": 14,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+            "tokens_per_second": 2,
+            "temporal_patch_size": 2,
+        }
+    else:
+        arch, model_type = "Qwen2VLForConditionalGeneration", "qwen2_vl"
+        vision = {
+            "depth": 2,
+            "embed_dim": 32,
+            "mlp_ratio": 2,
+            "num_heads": 2,
+            "in_chans": 3,
+            "hidden_size": 64,
+            "hidden_act": "quick_gelu",
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "spatial_patch_size": 14,
+            "temporal_patch_size": 2,
+        }
+    processor = "Qwen2_5_VLProcessor" if qwen25 else "Qwen2VLProcessor"
+    return TinySpec(
+        special_tokens=QWEN_SPECIAL_TOKENS,
+        config={
+            "architectures": [arch],
+            "model_type": model_type,
+            **QWEN_TEXT,
+            "vision_config": vision,
+        },
+        preprocessor={**QWEN_PREPROCESSOR, "processor_class": processor},
+        chat_template=QWEN_VL_TEMPLATE,
+        bos=None,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        unk="<|endoftext|>",
+        named_tokens=(("image_token", "<|image_pad|>"), ("video_token", "<|video_pad|>")),
+    )
+
+
 SPECS: dict[str, TinySpec] = {
+    "qwen2_vl": _qwen_spec(qwen25=False),
+    "qwen2_5_vl": _qwen_spec(qwen25=True),
     "paddleocr_vl": TinySpec(
         special_tokens=(
             "<unk>",
@@ -227,7 +351,9 @@ def make_tiny(
                 "pad_token": spec.pad,
                 "unk_token": spec.unk,
                 "additional_special_tokens": [
-                    t for t in spec.special_tokens if t not in {spec.bos, spec.eos, spec.unk}
+                    t
+                    for t in spec.special_tokens
+                    if t not in {spec.bos, spec.eos, spec.unk, spec.pad}
                 ],
                 "model_max_length": config.get("max_position_embeddings", 4096),
                 "chat_template": spec.chat_template,

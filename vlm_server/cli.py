@@ -55,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     tiny = commands.add_parser(
         "make-tiny", help="write a small random checkpoint in the real Hugging Face format"
     )
-    tiny.add_argument("--arch", required=True, choices=["paddleocr_vl"], help="model family")
+    tiny.add_argument(
+        "--arch",
+        required=True,
+        choices=["paddleocr_vl", "qwen2_vl", "qwen2_5_vl"],
+        help="model family",
+    )
     tiny.add_argument("--out", required=True, help="output directory")
     tiny.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tiny.set_defaults(func=_make_tiny)

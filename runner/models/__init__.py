@@ -8,14 +8,19 @@ from typing import Any
 
 from runner.loader import CheckpointError, load_weights, resolve_model_dir
 from runner.models.paddleocr_vl import PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration
+from runner.models.qwen2_vl import QwenVLConfig, QwenVLForConditionalGeneration
 from vision.processor_config import ProcessorConfig
 
 # model_type -> (config class, model class)
 REGISTRY: dict[str, tuple[Any, Any]] = {
     "paddleocr_vl": (PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration),
+    "qwen2_vl": (QwenVLConfig, QwenVLForConditionalGeneration),
+    "qwen2_5_vl": (QwenVLConfig, QwenVLForConditionalGeneration),
 }
 ARCHITECTURES = {
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
 }
 
 

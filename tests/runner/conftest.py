@@ -34,3 +34,37 @@ def reference_ocr_model(tiny_ocr_dir, tmp_path_factory):
     model.config.vision_config.fuse_rms_norm = False
     model.eval()
     return model
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen25_dir(tmp_path_factory) -> Path:
+    return make_tiny("qwen2_5_vl", tmp_path_factory.mktemp("tiny") / "qwen2_5_vl", seed=0)
+
+
+@pytest.fixture(scope="session")
+def reference_qwen25_model(tiny_qwen25_dir, tmp_path_factory):
+    """paddleformers' Qwen2.5-VL loaded from (a copy of) the make-tiny directory."""
+    import json
+
+    from benchmarks.model_reference import import_paddleformers
+
+    import_paddleformers()
+    from paddleformers.transformers.qwen2_5_vl.configuration import Qwen2_5_VLConfig
+    from paddleformers.transformers.qwen2_5_vl.modeling import Qwen2_5_VLForConditionalGeneration
+
+    copy = tmp_path_factory.mktemp("pf") / "qwen2_5_vl"
+    shutil.copytree(tiny_qwen25_dir, copy)
+    config = Qwen2_5_VLConfig(**json.loads((copy / "config.json").read_text()))
+    for part in (config, config.vision_config, config.text_config):
+        part.fuse_rms_norm = False
+        part.fuse_swiglu = False
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+        str(copy), config=config, dtype="float32"
+    )
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory) -> Path:
+    return make_tiny("qwen2_vl", tmp_path_factory.mktemp("tiny") / "qwen2_vl", seed=0)

@@ -71,3 +71,26 @@ def test_cli(tmp_path):
         "preprocessor_config.json",
         "generation_config.json",
     }
+
+
+def test_qwen_checkpoints_load_in_transformers(tiny_qwen2_dir, tiny_qwen25_dir):
+    """AutoConfig and AutoTokenizer load both Qwen families and the chat template renders the
+    placeholders. (transformers' Qwen AutoProcessor needs torchvision for its video processor,
+    which this environment does not have.)"""
+    import paddleformers  # noqa: F401
+    from transformers import AutoConfig, AutoTokenizer
+
+    content = [{"type": "image"}, {"type": "video"}, {"type": "text", "text": "Describe."}]
+    for directory, model_type in ((tiny_qwen2_dir, "qwen2_vl"), (tiny_qwen25_dir, "qwen2_5_vl")):
+        assert AutoConfig.from_pretrained(str(directory)).model_type == model_type
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+        assert text.endswith(
+            "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|>"
+            "<|video_pad|><|vision_end|>Describe.<|im_end|>\n<|im_start|>assistant\n"
+        )
+        raw = json.loads((directory / "config.json").read_text())
+        assert tokenizer.convert_tokens_to_ids("<|image_pad|>") == raw["image_token_id"]
+        assert tokenizer.convert_tokens_to_ids("<|video_pad|>") == raw["video_token_id"]
