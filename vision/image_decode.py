@@ -69,12 +69,15 @@ def _decode_plain(data: bytes, image: Image.Image) -> np.ndarray | None:
     """OpenCV decode for plain 8-bit RGB/grayscale files; None when Pillow must decode."""
     if image.format not in _FAST_FORMATS or image.mode not in ("RGB", "L"):
         return None
-    if "transparency" in image.info or not image.tile:
+    if "transparency" in image.info:
         return None
-    rawmode = image.tile[0][3]
-    rawmode = rawmode[0] if isinstance(rawmode, tuple) else rawmode
-    if rawmode not in ("RGB", "L", "RGBX") and image.format != "WEBP":
-        return None
+    if image.format != "WEBP":  # Pillow's WebP reader has no tiles; its mode says it all
+        if not image.tile:
+            return None
+        rawmode = image.tile[0][3]
+        rawmode = rawmode[0] if isinstance(rawmode, tuple) else rawmode
+        if rawmode not in ("RGB", "L", "RGBX"):
+            return None
     if image.format == "JPEG" and not data.rstrip(b"\x00\r\n ").endswith(b"\xff\xd9"):
         return None  # possibly truncated: let Pillow decide
     if image.format == "PNG":
