@@ -81,6 +81,31 @@ def activation_name(hf_name: str) -> str:
         raise ValueError(f"unsupported activation {hf_name!r}") from None
 
 
+def fold_pixel_normalization(
+    weight: Tensor, bias: Tensor | None, mean: tuple[float, ...], std: tuple[float, ...]
+) -> tuple[Tensor, Tensor]:
+    """Fold ``(x / 255 - mean_c) / std_c`` into a patch projection.
+
+    ``weight`` is ``[inputs, dim]`` with inputs ordered channel-major (each channel's pixels
+    together, as in every family's patch rows). Returns ``(W', b')`` with
+    ``x_uint8 @ W' + b' == ((x / 255 - mean) / std) @ W + b`` (exact in real arithmetic).
+    """
+    inputs = weight.shape[0]
+    per_channel = inputs // len(mean)
+    scale = paddle.to_tensor(
+        [1.0 / (255.0 * s) for s in std for _ in range(per_channel)], dtype="float32"
+    ).unsqueeze(-1)
+    shift = paddle.to_tensor(
+        [m / s for m, s in zip(mean, std, strict=True) for _ in range(per_channel)],
+        dtype="float32",
+    ).unsqueeze(-1)
+    w = weight.astype("float32")
+    folded_b = -(w * shift).sum(axis=0)
+    if bias is not None:
+        folded_b = folded_b + bias.astype("float32")
+    return (w * scale).astype(weight.dtype), folded_b.astype(weight.dtype)
+
+
 # -- rotary tables ---------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from runner.models.layers import (
     FullSequenceAttention,
     LayerNorm,
     activation_name,
+    fold_pixel_normalization,
     mrope_cos_sin,
     vision_2d_cos_sin,
 )
@@ -99,14 +100,8 @@ class PatchEmbedding(nn.Layer):
         self._folded: tuple[Tensor, Tensor] | None = None
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        """Precompute ``W' = W / (255 std_c)`` and ``b' = b - sum W mean_c / std_c`` so that
-        ``W' x_uint8 + b'`` equals ``W ((x / 255 - mean) / std) + b``."""
-        w = self.weight.astype("float32")
-        std_t = paddle.to_tensor(std, dtype="float32").reshape([1, 3, 1, 1])
-        mean_t = paddle.to_tensor(mean, dtype="float32").reshape([1, 3, 1, 1])
-        folded_w = (w / (255.0 * std_t)).reshape([w.shape[0], -1]).T
-        folded_b = self.bias.astype("float32") - (w * (mean_t / std_t)).sum(axis=[1, 2, 3])
-        self._folded = (folded_w.astype(self.weight.dtype), folded_b.astype(self.weight.dtype))
+        weight = self.weight.reshape([self.weight.shape[0], -1]).T
+        self._folded = fold_pixel_normalization(weight, self.bias, mean, std)
 
     def forward(self, patches: Tensor) -> Tensor:
         if self._folded is None:

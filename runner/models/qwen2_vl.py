@@ -15,6 +15,8 @@ from runner.models.layers import (
     FullSequenceAttention,
     LayerNorm,
     RMSNorm,
+    fold_pixel_normalization,
+    inverse_frequencies,
     mrope_cos_sin,
 )
 
@@ -112,14 +114,10 @@ class PatchEmbed(nn.Layer):
         self._folded: tuple[Tensor, Tensor] | None = None
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        w = self.proj.weight.astype("float32")
-        shape = [1, 3, 1, 1, 1]
-        std_t = paddle.to_tensor(std, dtype="float32").reshape(shape)
-        mean_t = paddle.to_tensor(mean, dtype="float32").reshape(shape)
-        folded_w = (w / (255.0 * std_t)).reshape([w.shape[0], -1]).T
-        folded_b = -(w * (mean_t / std_t)).sum(axis=[1, 2, 3, 4])
-        dtype = self.proj.weight.dtype
-        self._folded = (folded_w.astype(dtype), folded_b.astype(dtype))
+        weight = self.proj.weight
+        self._folded = fold_pixel_normalization(
+            weight.reshape([weight.shape[0], -1]).T, None, mean, std
+        )
 
     def forward(self, patches: Tensor) -> Tensor:
         if self._folded is None:
@@ -158,16 +156,18 @@ class VisionGatedMLP(nn.Layer):
 
 
 class VisionBlock(nn.Layer):
-    def __init__(self, cfg: QwenVLConfig) -> None:
+    """A pre-norm ViT block: RMSNorm + SwiGLU (``gated``, Qwen2.5-VL) or LayerNorm + quick-GELU
+    MLP (Qwen2-VL, ERNIE-4.5-VL's DFNRope ViT)."""
+
+    def __init__(self, dim: int, heads: int, inner: int, gated: bool) -> None:
         super().__init__()
-        dim = cfg.vision_hidden_size
-        if cfg.qwen25:
+        if gated:
             self.norm1, self.norm2 = RMSNorm(dim, VISION_EPS), RMSNorm(dim, VISION_EPS)
-            self.mlp = VisionGatedMLP(dim, cfg.vision_intermediate_size)
+            self.mlp = VisionGatedMLP(dim, inner)
         else:
             self.norm1, self.norm2 = LayerNorm(dim, VISION_EPS), LayerNorm(dim, VISION_EPS)
-            self.mlp = FeedForward(dim, cfg.vision_intermediate_size, "quick_gelu")
-        self.attn = VisionAttention(dim, cfg.vision_heads)
+            self.mlp = FeedForward(dim, inner, "quick_gelu")
+        self.attn = VisionAttention(dim, heads)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cu_seqlens: list[int]) -> Tensor:
         x = x + self.attn(self.norm1(x), cos, sin, cu_seqlens)
@@ -198,6 +198,26 @@ def block_rope_positions(grids: list[tuple[int, int, int]], merge: int) -> tuple
         rows.append(paddle.tile(merge * (block // (w // merge)) + inner // merge, [t]))
         cols.append(paddle.tile(merge * (block % (w // merge)) + inner % merge, [t]))
     return paddle.concat(rows).astype("float32"), paddle.concat(cols).astype("float32")
+
+
+def merge_block_rope(
+    grids: list[tuple[int, int, int]], head_dim: int, merge: int
+) -> tuple[Tensor, Tensor]:
+    """Half-split 2D rope tables ``[patches, head_dim]`` for patches in merge-block order."""
+    row, col = block_rope_positions(grids, merge)
+    inv = inverse_frequencies(head_dim // 2, 10000.0)
+    freqs = paddle.concat([row.unsqueeze(-1) * inv, col.unsqueeze(-1) * inv], axis=-1)
+    emb = paddle.concat([freqs, freqs], axis=-1)
+    return paddle.cos(emb), paddle.sin(emb)
+
+
+def frame_boundaries(grids: list[tuple[int, int, int]]) -> list[int]:
+    """``cu_seqlens`` with one segment per frame (temporal slice) of every item."""
+    bounds = [0]
+    for t, h, w in grids:
+        for _ in range(t):
+            bounds.append(bounds[-1] + h * w)
+    return bounds
 
 
 def window_partition(grids: list[tuple[int, int, int]], window: int) -> tuple[list[int], list[int]]:
@@ -235,7 +255,17 @@ class QwenVisionTransformer(nn.Layer):
         self.patch_embed = PatchEmbed(
             cfg.vision_hidden_size, cfg.temporal_patch_size, cfg.patch_size
         )
-        self.blocks = nn.LayerList([VisionBlock(cfg) for _ in range(cfg.vision_depth)])
+        self.blocks = nn.LayerList(
+            [
+                VisionBlock(
+                    cfg.vision_hidden_size,
+                    cfg.vision_heads,
+                    cfg.vision_intermediate_size,
+                    cfg.qwen25,
+                )
+                for _ in range(cfg.vision_depth)
+            ]
+        )
         self.merger = PatchMerger(cfg)
 
     def forward(self, patches: Tensor, grids: list[tuple[int, int, int]]) -> Tensor:
