@@ -184,7 +184,133 @@ def _qwen_spec(qwen25: bool) -> TinySpec:
     )
 
 
+ERNIE_VL_TEMPLATE = (
+    "{%- set image_count = namespace(value=0) -%}{%- set video_count = namespace(value=0) -%}"
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{{- message['content'] + '\n' -}}"
+    "{%- elif message['role'] == 'user' -%}{{- 'User: ' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}{%- else -%}"
+    "{%- for content in message['content'] -%}"
+    "{%- if content['type'] == 'image' -%}{%- set image_count.value = image_count.value + 1 -%}"
+    "{{- 'Picture ' ~ image_count.value ~ ':<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>' -}}"
+    "{%- elif content['type'] == 'video' -%}{%- set video_count.value = video_count.value + 1 -%}"
+    "{{- 'Video ' ~ video_count.value ~ ':<|VIDEO_START|><|VIDEO_PLACEHOLDER|><|VIDEO_END|>' -}}"
+    "{%- elif content['type'] == 'text' -%}{{- content['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}{{- '\n' -}}"
+    "{%- elif message['role'] == 'assistant' -%}{{- 'Assistant: ' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}{%- else -%}"
+    "{%- for content in message['content'] -%}{%- if content['type'] == 'text' -%}"
+    "{{- content['text'] -}}{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{{- '<|end_of_sentence|>' -}}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- 'Assistant: ' -}}{%- endif -%}"
+)
+
+ERNIE_VL_SPEC = TinySpec(
+    special_tokens=(
+        "<unk>",
+        "<s>",
+        "</s>",
+        "<|begin_of_sentence|>",
+        "<|end_of_sentence|>",
+        "<|IMAGE_PLACEHOLDER|>",
+        "<|IMAGE_START|>",
+        "<|IMAGE_END|>",
+        "<|VIDEO_START|>",
+        "<|VIDEO_END|>",
+        "<|VIDEO_PLACEHOLDER|>",
+        "<think>",
+        "</think>",
+    ),
+    config={
+        "architectures": ["Ernie4_5_VLMoeForConditionalGeneration"],
+        "model_type": "ernie4_5_moe_vl",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "freq_allocation": 2,
+        "rope_3d": True,
+        "max_position_embeddings": 4096,
+        "use_bias": False,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "pad_token_id": "<unk>",
+        "bos_token_id": "<s>",
+        "eos_token_id": "</s>",
+        "moe_num_experts": [4, 4],
+        "moe_intermediate_size": [32, 16],
+        "moe_k": 2,
+        "moe_num_shared_experts": 2,
+        "moe_layer_start_index": [1, 1],
+        "moe_layer_end_index": [2, 2],
+        "moe_layer_interval": 1,
+        "moe_capacity": [128, 128, 128],
+        "moe_gate": "topk",
+        "moe_use_aux_free": True,
+        "moe_use_hard_gate": True,
+        "moe_multimodal_dispatch_use_allgather": "v2-alltoall-unpad-text",
+        "moe_norm_gate_logits": True,
+        "im_patch_id": "<|IMAGE_PLACEHOLDER|>",
+        "video_token_id": "<|VIDEO_PLACEHOLDER|>",
+        "image_start_token_id": "<|IMAGE_START|>",
+        "image_end_token_id": "<|IMAGE_END|>",
+        "video_start_token_id": "<|VIDEO_START|>",
+        "video_end_token_id": "<|VIDEO_END|>",
+        "pixel_hidden_size": 32,
+        "spatial_conv_size": 2,
+        "temporal_conv_size": 2,
+        "vision_config": {
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": 32,
+            "hidden_act": "quick_gelu",
+            "mlp_ratio": 2,
+            "num_heads": 2,
+            "in_channels": 3,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+        },
+    },
+    preprocessor={
+        "image_processor_type": "Ernie4_5_VLImageProcessor",
+        "do_resize": True,
+        "resample": 3,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "do_convert_rgb": True,
+        "min_pixels": 3136,
+        "max_pixels": 28 * 28 * 6177,
+        "patch_size": 14,
+        "merge_size": 2,
+        "temporal_conv_size": 2,
+        "video_min_pixels": 299 * 28 * 28,
+        "video_max_pixels": 1196 * 28 * 28,
+        "video_fps": 2,
+        "video_min_frames": 16,
+        "video_max_frames": 180,
+    },
+    chat_template=ERNIE_VL_TEMPLATE,
+    bos="<|begin_of_sentence|>",
+    eos="</s>",
+    pad="<unk>",
+    unk="<unk>",
+    named_tokens=(
+        ("image_token", "<|IMAGE_PLACEHOLDER|>"),
+        ("video_token", "<|VIDEO_PLACEHOLDER|>"),
+    ),
+)
+
 SPECS: dict[str, TinySpec] = {
+    "ernie4_5_vl": ERNIE_VL_SPEC,
     "qwen2_vl": _qwen_spec(qwen25=False),
     "qwen2_5_vl": _qwen_spec(qwen25=True),
     "paddleocr_vl": TinySpec(
@@ -309,8 +435,10 @@ def _randomize(model: Any, seed: int) -> None:
         shape = list(param.shape)
         if name.endswith("bias"):
             values = 0.05 * rng.standard_normal(shape)
-        elif "norm" in name and len(shape) == 1:
+        elif ("norm" in name or name.endswith(("ln.weight", ".3.weight"))) and len(shape) == 1:
             values = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name.endswith("e_score_correction_bias"):
+            values = 0.05 * rng.standard_normal(shape)
         else:
             values = 0.08 * rng.standard_normal(shape)
         param.set_value(paddle.to_tensor(values.astype("float32")))

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument(
         "--arch",
         required=True,
-        choices=["paddleocr_vl", "qwen2_vl", "qwen2_5_vl"],
+        choices=["paddleocr_vl", "qwen2_vl", "qwen2_5_vl", "ernie4_5_vl"],
         help="model family",
     )
     tiny.add_argument("--out", required=True, help="output directory")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.loader import CheckpointError, load_weights, resolve_model_dir
+from runner.models.ernie45_vl import Ernie45VLConfig, Ernie45VLForConditionalGeneration
 from runner.models.paddleocr_vl import PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration
 from runner.models.qwen2_vl import QwenVLConfig, QwenVLForConditionalGeneration
 from vision.processor_config import ProcessorConfig
@@ -16,11 +17,13 @@ REGISTRY: dict[str, tuple[Any, Any]] = {
     "paddleocr_vl": (PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration),
     "qwen2_vl": (QwenVLConfig, QwenVLForConditionalGeneration),
     "qwen2_5_vl": (QwenVLConfig, QwenVLForConditionalGeneration),
+    "ernie4_5_moe_vl": (Ernie45VLConfig, Ernie45VLForConditionalGeneration),
 }
 ARCHITECTURES = {
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
+    "Ernie4_5_VLMoeForConditionalGeneration": "ernie4_5_moe_vl",
 }
 
 

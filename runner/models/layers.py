@@ -172,7 +172,12 @@ class FullSequenceAttention:
 
 
 class TextAttention(nn.Layer):
-    """Grouped-query self-attention with rotary positions; the backend owns the KV context."""
+    """Grouped-query self-attention with rotary positions; the backend owns the KV context.
+
+    ``rope_op`` names the rotary op (half-split pairs by default; ERNIE-4.5-VL uses interleaved
+    pairs)."""
+
+    rope_op = "rope_half"
 
     def __init__(
         self, layer: int, hidden: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool
@@ -189,7 +194,8 @@ class TextAttention(nn.Layer):
         q = self.q_proj(x).reshape([n, self.heads, self.head_dim])
         k = self.k_proj(x).reshape([n, self.kv_heads, self.head_dim])
         v = self.v_proj(x).reshape([n, self.kv_heads, self.head_dim])
-        q, k = ops.rope_half(q, cos, sin), ops.rope_half(k, cos, sin)
+        rope = ops.op(self.rope_op)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         out = backend.attend(self.layer, q, k, v)
         return self.o_proj(out.reshape([n, self.heads * self.head_dim]))
 

@@ -243,12 +243,13 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
         )
 
     # -- loading ---------------------------------------------------------------------------
-    @staticmethod
-    def checkpoint_name(name: str) -> str | None:
+    def checkpoint_name(self, name: str) -> str | None:
         """Our parameter name for a checkpoint weight (legacy or transformers-v5 layout);
         ``""`` for weights the reference ignores too."""
         if "packing_position_embedding" in name or ".vision_model.head." in name:
             return ""
+        if name == "lm_head.weight" and self.lm_head is None:
+            return ""  # tied: the embedding matrix serves as the output head
         name = re.sub(r"^model\.visual\.", "visual.", name)
         name = re.sub(r"^model\.projector\.", "mlp_AR.", name)
         return re.sub(r"^model\.language_model\.", "model.", name)

@@ -325,11 +325,12 @@ class QwenVLForConditionalGeneration(nn.Layer):
             else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias_attr=False)
         )
 
-    @staticmethod
-    def checkpoint_name(name: str) -> str | None:
+    def checkpoint_name(self, name: str) -> str | None:
         """Our parameter name for a checkpoint weight (legacy or transformers-v5 layout)."""
         if name.endswith("rotary_emb.inv_freq"):
             return ""
+        if name == "lm_head.weight" and self.lm_head is None:
+            return ""  # tied: the embedding matrix serves as the output head
         name = re.sub(r"^model\.visual\.", "visual.", name)
         return re.sub(r"^model\.language_model\.", "model.", name)
 

@@ -68,3 +68,35 @@ def reference_qwen25_model(tiny_qwen25_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_qwen2_dir(tmp_path_factory) -> Path:
     return make_tiny("qwen2_vl", tmp_path_factory.mktemp("tiny") / "qwen2_vl", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_ernie_dir(tmp_path_factory) -> Path:
+    return make_tiny("ernie4_5_vl", tmp_path_factory.mktemp("tiny") / "ernie4_5_vl", seed=0)
+
+
+@pytest.fixture(scope="session")
+def reference_ernie_model(tiny_ernie_dir, tmp_path_factory):
+    """paddleformers' ERNIE-4.5-VL (CPU-patched, see benchmarks.model_reference) loaded from a
+    copy of the make-tiny directory."""
+    import json
+
+    from benchmarks.model_reference import patch_paddleformers_ernie_for_cpu
+
+    patch_paddleformers_ernie_for_cpu()
+    from paddleformers.transformers.ernie4_5_moe_vl.model.configuration import (
+        Ernie4_5_VLMoeConfig,
+    )
+    from paddleformers.transformers.ernie4_5_moe_vl.model.modeling_moe_vl import (
+        Ernie4_5_VLMoeForConditionalGeneration,
+    )
+
+    copy = tmp_path_factory.mktemp("pf") / "ernie4_5_vl"
+    shutil.copytree(tiny_ernie_dir, copy)
+    config = Ernie4_5_VLMoeConfig(**json.loads((copy / "config.json").read_text()))
+    config.fuse_rms_norm = False
+    model = Ernie4_5_VLMoeForConditionalGeneration.from_pretrained(
+        str(copy), config=config, dtype="float32"
+    )
+    model.eval()
+    return model

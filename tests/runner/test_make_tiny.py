@@ -94,3 +94,26 @@ def test_qwen_checkpoints_load_in_transformers(tiny_qwen2_dir, tiny_qwen25_dir):
         raw = json.loads((directory / "config.json").read_text())
         assert tokenizer.convert_tokens_to_ids("<|image_pad|>") == raw["image_token_id"]
         assert tokenizer.convert_tokens_to_ids("<|video_pad|>") == raw["video_token_id"]
+
+
+def test_ernie_checkpoint_loads_in_the_ecosystem(tiny_ernie_dir):
+    """ERNIE-4.5-VL's released layout (model_type ``ernie4_5_moe_vl``) is paddleformers'; the
+    tokenizer and chat template load with transformers."""
+    import paddleformers  # noqa: F401
+    from paddleformers.transformers.ernie4_5_moe_vl.model.configuration import (
+        Ernie4_5_VLMoeConfig,
+    )
+    from transformers import AutoTokenizer
+
+    raw = json.loads((tiny_ernie_dir / "config.json").read_text())
+    assert Ernie4_5_VLMoeConfig(**raw).im_patch_id == raw["im_patch_id"]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_ernie_dir))
+    content = [{"type": "image"}, {"type": "video"}, {"type": "text", "text": "Describe."}]
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == (
+        "<|begin_of_sentence|>User: Picture 1:<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"
+        "Video 1:<|VIDEO_START|><|VIDEO_PLACEHOLDER|><|VIDEO_END|>Describe.\nAssistant: "
+    )
+    assert tokenizer.convert_tokens_to_ids("<|IMAGE_PLACEHOLDER|>") == raw["im_patch_id"]
