@@ -114,6 +114,23 @@ def varlen_attention_ref(
     return paddle.concat(outputs, axis=0)
 
 
+def chunk_attention_ref(q: Tensor, k: Tensor, v: Tensor, past: int, scale: float | None = None):
+    """Causal attention of a chunk of ``n`` new queries over ``past + n`` keys (one sequence):
+    query ``i`` sees keys ``[0, past + i]``."""
+    heads, kv_heads, dim = q.shape[1], k.shape[1], q.shape[2]
+    scale = scale if scale is not None else 1.0 / math.sqrt(dim)
+    if kv_heads != heads:
+        k = paddle.repeat_interleave(k, heads // kv_heads, axis=1)
+        v = paddle.repeat_interleave(v, heads // kv_heads, axis=1)
+    n, total = q.shape[0], k.shape[0]
+    qs = q.transpose([1, 0, 2]).astype("float32")
+    scores = paddle.matmul(qs, k.transpose([1, 0, 2]).astype("float32"), transpose_y=True) * scale
+    mask = paddle.triu(paddle.full([n, total], float("-inf"), dtype="float32"), diagonal=past + 1)
+    probs = F.softmax(scores + mask, axis=-1)
+    out = paddle.matmul(probs, v.transpose([1, 0, 2]).astype("float32"))
+    return out.transpose([1, 0, 2]).astype(q.dtype)
+
+
 # -- dispatch ----------------------------------------------------------------------------------
 
 REFERENCE: dict[str, Callable[..., Tensor]] = {
@@ -127,6 +144,7 @@ REFERENCE: dict[str, Callable[..., Tensor]] = {
     "rope_half": rope_half_ref,
     "rope_interleaved": rope_interleaved_ref,
     "varlen_attention": varlen_attention_ref,
+    "chunk_attention": chunk_attention_ref,
 }
 _PLATFORM_KERNELS: dict[str, dict[str, Callable[..., Tensor]]] = {}
 _active: dict[str, Callable[..., Tensor]] = dict(REFERENCE)
@@ -179,3 +197,7 @@ def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def varlen_attention(q, k, v, cu_seqlens, causal, scale=None) -> Tensor:
     return _active["varlen_attention"](q, k, v, cu_seqlens, causal, scale)
+
+
+def chunk_attention(q, k, v, past, scale=None) -> Tensor:
+    return _active["chunk_attention"](q, k, v, past, scale)

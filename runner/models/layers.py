@@ -171,6 +171,30 @@ class FullSequenceAttention:
         return ops.varlen_attention(q, k, v, self.cu_seqlens, causal=True)
 
 
+class ContiguousKVCache:
+    """One sequence's keys and values per layer in growing tensors: the simplest cached
+    backend (parity checks and benchmarks); the engine uses the paged cache instead."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, Tensor] = {}
+        self.values: dict[int, Tensor] = {}
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[0] if self.keys else 0
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        past = self.keys[layer].shape[0] if layer in self.keys else 0
+        if past:
+            k = paddle.concat([self.keys[layer], k])
+            v = paddle.concat([self.values[layer], v])
+        self.keys[layer], self.values[layer] = k, v
+        if past == 0:
+            return ops.varlen_attention(q, k, v, [0, k.shape[0]], causal=True)
+        # queries see everything cached plus the causal part of their own chunk
+        return ops.chunk_attention(q, k, v, past)
+
+
 class TextAttention(nn.Layer):
     """Grouped-query self-attention with rotary positions; the backend owns the KV context.
 

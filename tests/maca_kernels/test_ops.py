@@ -122,3 +122,14 @@ def test_cpu_platform_and_environment_set_before_paddle():
     assert done.returncode == 0, done.stderr
     mkl, threads = done.stdout.split()[-2:]
     assert mkl == "5" and int(threads) >= 1
+
+
+def test_chunk_attention_sees_the_cache_and_its_causal_prefix():
+    past, n = 5, 3
+    q = rng.standard_normal((n, 4, 8))
+    k, v = rng.standard_normal((past + n, 2, 8)), rng.standard_normal((past + n, 2, 8))
+    got = ops.chunk_attention(t(q), t(k), t(v), past).numpy()
+    # equal to the last n rows of full causal attention over past + n tokens
+    q_full = np.concatenate([rng.standard_normal((past, 4, 8)), q])
+    expected = numpy_attention(q_full, k, v, causal=True)[past:]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

@@ -106,3 +106,33 @@ def test_logits_match(ours, reference_ocr_model, processor, media, tiny_ocr_dir,
         expected = reference_ocr_model(**kwargs, return_dict=True).logits.numpy()[0]
     assert got.shape == expected.shape
     assert np.abs(got - expected).max() <= TOL
+
+
+def test_cached_decoding_matches_full_recompute(ours, processor, media, tiny_ocr_dir):
+    """Prefill, then decode three tokens with the contiguous KV cache: the logits equal those of
+    the whole sequence computed at once."""
+    from runner.models.layers import ContiguousKVCache, FullSequenceAttention
+
+    ids, mm = expand_prompt(prompt_ids(tiny_ocr_dir, "OCR:", 1), media[:1], processor.config)
+    extra = [11, 12, 13]
+    with paddle.no_grad():
+        features = paddle.to_tensor(our_features(ours, media[:1]))
+        full_ids = paddle.to_tensor(ids + extra)
+        n = len(ids)
+        positions = np.concatenate(
+            [mm.position_ids, np.tile(np.arange(n, n + 3) + mm.rope_delta, (3, 1))], axis=1
+        )
+        x = ours.embed(full_ids)
+        mask = (full_ids == ours.config.image_token_id).nonzero().flatten()
+        x = paddle.scatter(x, mask, features)
+        whole = ours.logits(
+            ours.decode(x, paddle.to_tensor(positions), FullSequenceAttention([0, n + 3]))
+        ).numpy()
+        cache = ContiguousKVCache()
+        steps = [ours.logits(ours.decode(x[:n], paddle.to_tensor(positions[:, :n]), cache))]
+        for i in range(3):
+            pos = paddle.to_tensor(positions[:, n + i : n + i + 1])
+            steps.append(ours.logits(ours.decode(x[n + i : n + i + 1], pos, cache)))
+        cached = paddle.concat(steps).numpy()
+    assert cache.length == n + 3
+    assert np.abs(cached - whole).max() <= 1e-4
