@@ -63,10 +63,11 @@ PADDLEOCR_VL_RELEASED = {
 PAGE_SIZE = (560, 392)  # height, width: 40 x 28 patches, 280 image tokens
 
 
-def _tiny_config() -> dict[str, Any]:
-    config = copy.deepcopy(SPECS["paddleocr_vl"].config)
-    ids = {"<unk>": 0, "<s>": 1, "</s>": 2, "<|IMAGE_PLACEHOLDER|>": 5, "<|video_pad|>": 8}
-    ids.update({"<|IMAGE_START|>": 6, "<|IMAGE_END|>": 7})
+def _tiny_config(arch: str = "paddleocr_vl") -> dict[str, Any]:
+    """make-tiny's config for ``arch`` with special tokens numbered in declaration order."""
+    spec = SPECS[arch]
+    ids = {token: i for i, token in enumerate(spec.special_tokens)}
+    config = copy.deepcopy(spec.config)
     for key, value in list(config.items()):
         if isinstance(value, str) and value in ids:
             config[key] = ids[value]
@@ -100,12 +101,19 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
-def run(quick: bool = False, repeat: int = 1) -> dict[str, Any]:
+def _page(processor: MediaProcessor):
+    page = np.random.default_rng(0).integers(0, 256, (*PAGE_SIZE, 3), dtype=np.uint8)
+    return processor.process_image(page, "page")
+
+
+def paddleocr_vl(quick: bool, repeat: int) -> dict[str, float]:
+    """Vision encoder, whole prefill and one cached decode step of PaddleOCR-VL."""
+    from runner.models.layers import ContiguousKVCache
+
     config = _tiny_config() if quick else PADDLEOCR_VL_RELEASED
     processor_config = ProcessorConfig.from_dicts(config, SPECS["paddleocr_vl"].preprocessor)
     processor = MediaProcessor(processor_config)
-    page = np.random.default_rng(0).integers(0, 256, (*PAGE_SIZE, 3), dtype=np.uint8)
-    media = processor.process_image(page, "page")
+    media = _page(processor)
     patches = media.items[0].patches
     grid = media.grid_thw
     ids = [1, 11, 12, config["vision_start_token_id"], config["image_token_id"]]
@@ -120,38 +128,178 @@ def run(quick: bool = False, repeat: int = 1) -> dict[str, Any]:
     ids_t = paddle.to_tensor(ids)
     positions = paddle.to_tensor(mm.position_ids)
     patches_t = paddle.to_tensor(patches)
+    step_position = paddle.to_tensor(np.full((3, 1), len(ids) + mm.rope_delta, dtype=np.int64))
 
-    def ours_vision():
-        return ours.encode_images(patches_t, [grid])
+    def ours_decode_step():
+        cache = ContiguousKVCache()
+        x = ours.embed(ids_t)
+        x = paddle.scatter(
+            x,
+            (ids_t == config["image_token_id"]).nonzero().flatten(),
+            ours.encode_images(patches_t, [grid]),
+        )
+        ours.decode(x, positions, cache)
+        start = time.perf_counter()
+        ours.logits(ours.decode(ours.embed(ids_t[-1:]), step_position, cache))
+        return time.perf_counter() - start
 
-    def ours_prefill():
-        return ours(ids_t, positions, ours.encode_images(patches_t, [grid]))
-
-    def reference_vision():
-        from benchmarks.model_reference import paddleocr_vl_features
-
-        return paddleocr_vl_features(reference, pixels, grid_t)
-
-    def reference_prefill():
-        return reference(
+    def reference_generate(tokens: int):
+        return reference.generate(
             input_ids=ids_t.unsqueeze(0),
             pixel_values=pixels,
             image_grid_thw=grid_t,
-            return_dict=True,
-        ).logits
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            decode_strategy="greedy_search",
+            use_cache=True,
+        )
+
+    from benchmarks.model_reference import paddleocr_vl_features
 
     with paddle.no_grad():
-        times = {
-            "ours_vision_s": _best(ours_vision, repeat),
-            "reference_vision_s": _best(reference_vision, repeat),
-            "ours_prefill_s": _best(ours_prefill, repeat),
-            "reference_prefill_s": _best(reference_prefill, repeat),
+        result = {
+            "ours_vision_s": _best(lambda: ours.encode_images(patches_t, [grid]), repeat),
+            "reference_vision_s": _best(
+                lambda: paddleocr_vl_features(reference, pixels, grid_t), repeat
+            ),
+            "ours_prefill_s": _best(
+                lambda: ours(ids_t, positions, ours.encode_images(patches_t, [grid])), repeat
+            ),
+            "reference_prefill_s": _best(
+                lambda: reference(
+                    input_ids=ids_t.unsqueeze(0),
+                    pixel_values=pixels,
+                    image_grid_thw=grid_t,
+                    return_dict=True,
+                ),
+                repeat,
+            ),
+            "ours_decode_step_s": min(ours_decode_step() for _ in range(repeat)),
         }
-    result: dict[str, Any] = {k: round(v, 4) for k, v in times.items()}
-    result["vision_speedup"] = round(times["reference_vision_s"] / times["ours_vision_s"], 2)
-    result["prefill_speedup"] = round(times["reference_prefill_s"] / times["ours_prefill_s"], 2)
+        one = _best(lambda: reference_generate(1), repeat)
+        two = _best(lambda: reference_generate(2), repeat)
+        result["reference_decode_step_s"] = max(two - one, 1e-9)
     result["image_tokens"] = media.num_tokens
     result["prompt_tokens"] = len(ids)
-    result["dimensions"] = "tiny" if quick else "released"
-    result["decode_step"] = "not measured yet: needs the paged-KV runner (runner issue)"
+    return result
+
+
+def qwen2_5_vl_vision(quick: bool, repeat: int) -> dict[str, float]:
+    """Qwen2.5-VL's windowed ViT + merger on the page image."""
+    from benchmarks.model_reference import import_paddleformers
+    from runner.models.qwen2_vl import QwenVisionTransformer, QwenVLConfig
+
+    if quick:
+        config = _tiny_config("qwen2_5_vl")
+    else:
+        config = {
+            **_tiny_config("qwen2_5_vl"),
+            "hidden_size": 3584,
+            "vision_config": {
+                "depth": 32,
+                "hidden_act": "silu",
+                "hidden_size": 1280,
+                "intermediate_size": 3420,
+                "num_heads": 16,
+                "in_chans": 3,
+                "out_hidden_size": 3584,
+                "patch_size": 14,
+                "spatial_merge_size": 2,
+                "window_size": 112,
+                "fullatt_block_indexes": [7, 15, 23, 31],
+                "tokens_per_second": 2,
+                "temporal_patch_size": 2,
+            },
+        }
+    processor_config = ProcessorConfig.from_dicts(config, SPECS["qwen2_5_vl"].preprocessor)
+    processor = MediaProcessor(processor_config)
+    media = _page(processor)
+    patches = media.items[0].patches
+    ours = QwenVisionTransformer(QwenVLConfig.from_dict(config))
+    ours.eval()
+    ours.patch_embed.fold_normalization(processor_config.image_mean, processor_config.image_std)
+    import_paddleformers()
+    from paddleformers.transformers.qwen2_5_vl.configuration import Qwen2_5_VLVisionConfig
+    from paddleformers.transformers.qwen2_5_vl.modeling import (
+        Qwen2_5_VisionTransformerPretrainedModel,
+    )
+
+    vision_config = Qwen2_5_VLVisionConfig(**config["vision_config"])
+    vision_config.fuse_rms_norm = False
+    reference = Qwen2_5_VisionTransformerPretrainedModel(vision_config)
+    reference.eval()
+    pixels = paddle.to_tensor(processor.normalize(patches))
+    grid_t = paddle.to_tensor([list(media.grid_thw)], dtype="int64")
+    patches_t = paddle.to_tensor(patches)
+    with paddle.no_grad():
+        return {
+            "ours_vision_s": _best(lambda: ours(patches_t, [media.grid_thw]), repeat),
+            "reference_vision_s": _best(lambda: reference(pixels, grid_thw=grid_t), repeat),
+        }
+
+
+def ernie4_5_vl_vision(quick: bool, repeat: int) -> dict[str, float]:
+    """ERNIE-4.5-VL's DFNRope ViT on the page image (the resampler is not timed)."""
+    from benchmarks.model_reference import patch_paddleformers_ernie_for_cpu
+    from runner.models.ernie45_vl import DFNRopeVisionTransformer, Ernie45VLConfig
+
+    vision = {
+        "depth": 32,
+        "embed_dim": 1280,
+        "hidden_size": 1280,
+        "hidden_act": "quick_gelu",
+        "mlp_ratio": 4,
+        "num_heads": 16,
+        "in_channels": 3,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+    }
+    config = _tiny_config("ernie4_5_vl")
+    if not quick:
+        config["vision_config"] = vision
+    processor_config = ProcessorConfig.from_dicts(
+        {"model_type": "ernie4_5_moe_vl"}, SPECS["ernie4_5_vl"].preprocessor
+    )
+    processor = MediaProcessor(processor_config)
+    media = _page(processor)
+    patches = media.items[0].patches
+    ours = DFNRopeVisionTransformer(Ernie45VLConfig.from_dict(config))
+    ours.eval()
+    ours.patch_embed.fold_normalization(processor_config.image_mean, processor_config.image_std)
+    patch_paddleformers_ernie_for_cpu()
+    from paddleformers.transformers.ernie4_5_moe_vl.model.configuration import (
+        Ernie4_5_VLMoeConfig,
+    )
+    from paddleformers.transformers.ernie4_5_moe_vl.model.dfnrope.modeling import (
+        DFNRopeVisionTransformerPretrainedModel,
+    )
+
+    full_config = Ernie4_5_VLMoeConfig(**config)
+    full_config.fuse_rms_norm = False
+    reference = DFNRopeVisionTransformerPretrainedModel(config=full_config)
+    reference.eval()
+    pixels = paddle.to_tensor(processor.normalize(patches))
+    grid_t = paddle.to_tensor([list(media.grid_thw)], dtype="int64")
+    patches_t = paddle.to_tensor(patches)
+    with paddle.no_grad():
+        return {
+            "ours_vision_s": _best(lambda: ours(patches_t, [media.grid_thw]), repeat),
+            "reference_vision_s": _best(lambda: reference.extract_feature(pixels, grid_t), repeat),
+        }
+
+
+def run(quick: bool = False, repeat: int = 1) -> dict[str, Any]:
+    """Every family's figures; ``speedup`` keys are reference time / our time."""
+    result: dict[str, Any] = {"dimensions": "tiny" if quick else "released", "page": PAGE_SIZE}
+    for family, fn in (
+        ("paddleocr_vl", paddleocr_vl),
+        ("qwen2_5_vl", qwen2_5_vl_vision),
+        ("ernie4_5_vl", ernie4_5_vl_vision),
+    ):
+        figures = fn(quick, repeat)
+        for stage in ("vision", "prefill", "decode_step"):
+            ours, ref = figures.get(f"ours_{stage}_s"), figures.get(f"reference_{stage}_s")
+            if ours and ref:
+                figures[f"{stage}_speedup"] = round(ref / ours, 2)
+        result[family] = {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}
     return result
