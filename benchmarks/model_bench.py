@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from maca_kernels.ops import paddle
-from runner.make_tiny import SPECS
 from runner.models import build_model
+from runner.tiny_specs import SPECS
 from vision.processor import MediaProcessor
 from vision.processor_config import ProcessorConfig
 from vision.prompt import expand_prompt
@@ -217,7 +217,9 @@ def qwen2_5_vl_vision(quick: bool, repeat: int) -> dict[str, float]:
     patches = media.items[0].patches
     ours = QwenVisionTransformer(QwenVLConfig.from_dict(config))
     ours.eval()
-    ours.patch_embed.fold_normalization(processor_config.image_mean, processor_config.image_std)
+    ours.patch_embed.proj.fold_normalization(
+        processor_config.image_mean, processor_config.image_std
+    )
     import_paddleformers()
     from paddleformers.transformers.qwen2_5_vl.configuration import Qwen2_5_VLVisionConfig
     from paddleformers.transformers.qwen2_5_vl.modeling import (
@@ -257,6 +259,7 @@ def ernie4_5_vl_vision(quick: bool, repeat: int) -> dict[str, float]:
     config = _tiny_config("ernie4_5_vl")
     if not quick:
         config["vision_config"] = vision
+        config["pixel_hidden_size"] = vision["hidden_size"]
     processor_config = ProcessorConfig.from_dicts(
         {"model_type": "ernie4_5_moe_vl"}, SPECS["ernie4_5_vl"].preprocessor
     )
@@ -265,7 +268,9 @@ def ernie4_5_vl_vision(quick: bool, repeat: int) -> dict[str, float]:
     patches = media.items[0].patches
     ours = DFNRopeVisionTransformer(Ernie45VLConfig.from_dict(config))
     ours.eval()
-    ours.patch_embed.fold_normalization(processor_config.image_mean, processor_config.image_std)
+    ours.patch_embed.proj.fold_normalization(
+        processor_config.image_mean, processor_config.image_std
+    )
     patch_paddleformers_ernie_for_cpu()
     from paddleformers.transformers.ernie4_5_moe_vl.model.configuration import (
         Ernie4_5_VLMoeConfig,

@@ -56,14 +56,30 @@ def build_model(config: dict[str, Any], dtype: str = "float32") -> Any:
     return model
 
 
-def load_model(path: str | Path, dtype: str = "float32", progress: bool = True) -> Any:
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def default_dtype(config: dict[str, Any], on_accelerator: bool) -> str:
+    """The dtype policy: float32 on the CPU; the checkpoint's ``torch_dtype`` (bf16/fp16/fp32)
+    on accelerators."""
+    if not on_accelerator:
+        return "float32"
+    stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    return DTYPES.get(str(stored).replace("torch.", ""), "bfloat16")
+
+
+def load_model(path: str | Path, dtype: str | None = None, progress: bool = True) -> Any:
     """Build the model of the local checkpoint at ``path`` and load its weights.
 
-    The pixel normalization of the checkpoint's ``preprocessor_config.json`` is folded into the
-    patch embedding, so the model takes uint8 patches.
+    ``dtype`` None applies :func:`default_dtype` for the detected platform. The pixel
+    normalization of the checkpoint's ``preprocessor_config.json`` is folded into the patch
+    embedding, so the model takes uint8 patches.
     """
+    from maca_kernels import detect_platform
+
     directory = resolve_model_dir(path)
     config = json.loads((directory / "config.json").read_text())
+    dtype = dtype or default_dtype(config, detect_platform().is_accelerator)
     model = build_model(config, dtype)
     load_weights(
         model, directory, model.checkpoint_name, model.optional_weights(), progress=progress

@@ -13,9 +13,9 @@ from runner.models.layers import (
     FullSequenceAttention,
     GatedMLP,
     LayerNorm,
+    PixelProjection,
     RMSNorm,
     TextAttention,
-    fold_pixel_normalization,
     inverse_frequencies,
 )
 from runner.models.qwen2_vl import VISION_EPS, VisionBlock, frame_boundaries, merge_block_rope
@@ -110,31 +110,14 @@ class Ernie45VLConfig:
 # -- vision ------------------------------------------------------------------------------------
 
 
-class PatchEmbed(nn.Layer):
-    """Linear(3*14*14, D, no bias) on uint8 rows ``(C, 14, 14)``, normalization folded in."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.proj = nn.Linear(3 * 14 * 14, dim, bias_attr=False)
-        self._folded: tuple[Tensor, Tensor] | None = None
-
-    def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        self._folded = fold_pixel_normalization(self.proj.weight, None, mean, std)
-
-    def forward(self, patches: Tensor) -> Tensor:
-        if self._folded is None:
-            raise RuntimeError("call fold_normalization(mean, std) after loading weights")
-        weight, bias = self._folded
-        return paddle.matmul(patches.astype(weight.dtype), weight) + bias
-
-
 class DFNRopeVisionTransformer(nn.Layer):
     """``vision_model.*``: per-frame attention, LayerNorm blocks with quick-GELU, final ``ln``."""
 
     def __init__(self, cfg: Ernie45VLConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.patch_embed = PatchEmbed(cfg.vision_dim)
+        self.patch_embed = nn.Layer()
+        self.patch_embed.proj = PixelProjection([cfg.vision_dim, 3 * 14 * 14], bias=False)
         self.blocks = nn.LayerList(
             [
                 VisionBlock(cfg.vision_dim, cfg.vision_heads, cfg.vision_inner, gated=False)
@@ -145,7 +128,7 @@ class DFNRopeVisionTransformer(nn.Layer):
 
     def forward(self, patches: Tensor, grids: list[tuple[int, int, int]]) -> Tensor:
         cfg = self.cfg
-        x = self.patch_embed(patches)
+        x = self.patch_embed.proj(patches)
         cos, sin = merge_block_rope(
             grids, cfg.vision_dim // cfg.vision_heads, cfg.spatial_merge_size
         )
@@ -340,7 +323,7 @@ class Ernie45VLForConditionalGeneration(nn.Layer):
         return set()
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        self.vision_model.patch_embed.fold_normalization(mean, std)
+        self.vision_model.patch_embed.proj.fold_normalization(mean, std)
 
     def encode_images(self, patches: Tensor, grids: list[tuple[int, int, int]]) -> Tensor:
         """Features of uint8 rows ``[P, 3*14*14]`` for images ``(1, h, w)`` and video chunks

@@ -106,6 +106,28 @@ def fold_pixel_normalization(
     return (w * scale).astype(weight.dtype), folded_b.astype(weight.dtype)
 
 
+class PixelProjection(nn.Layer):
+    """A patch projection kept in the checkpoint's layout (``[D, C, *kernel]``, a conv kernel or
+    an ``[out, in]`` matrix) and applied to uint8 patch rows with the pixel normalization folded
+    in by :meth:`fold_normalization` after the weights are loaded."""
+
+    def __init__(self, shape: list[int], bias: bool) -> None:
+        super().__init__()
+        self.weight = self.create_parameter(shape)
+        self.bias = self.create_parameter([shape[0]], is_bias=True) if bias else None
+        self._folded: tuple[Tensor, Tensor] | None = None
+
+    def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        weight = self.weight.reshape([self.weight.shape[0], -1]).T
+        self._folded = fold_pixel_normalization(weight, self.bias, mean, std)
+
+    def forward(self, patches: Tensor) -> Tensor:
+        if self._folded is None:
+            raise RuntimeError("call fold_normalization(mean, std) after loading weights")
+        weight, bias = self._folded
+        return paddle.matmul(patches.astype(weight.dtype), weight) + bias
+
+
 # -- rotary tables ---------------------------------------------------------------------------
 
 

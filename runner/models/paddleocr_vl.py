@@ -14,8 +14,8 @@ from runner.models.layers import (
     FeedForward,
     FullSequenceAttention,
     LayerNorm,
+    PixelProjection,
     activation_name,
-    fold_pixel_normalization,
     mrope_cos_sin,
     vision_2d_cos_sin,
 )
@@ -89,32 +89,12 @@ class PaddleOCRVLConfig:
 # -- vision ------------------------------------------------------------------------------------
 
 
-class PatchEmbedding(nn.Layer):
-    """The checkpoint's Conv2d(3, D, p, stride p) applied to uint8 patch rows, with the pixel
-    normalization folded into the weights by :meth:`fold_normalization`."""
-
-    def __init__(self, dim: int, patch: int) -> None:
-        super().__init__()
-        self.weight = self.create_parameter([dim, 3, patch, patch])
-        self.bias = self.create_parameter([dim], is_bias=True)
-        self._folded: tuple[Tensor, Tensor] | None = None
-
-    def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        weight = self.weight.reshape([self.weight.shape[0], -1]).T
-        self._folded = fold_pixel_normalization(weight, self.bias, mean, std)
-
-    def forward(self, patches: Tensor) -> Tensor:
-        if self._folded is None:
-            raise RuntimeError("call fold_normalization(mean, std) after loading weights")
-        weight, bias = self._folded
-        return paddle.matmul(patches.astype(weight.dtype), weight) + bias
-
-
 class VisionEmbeddings(nn.Layer):
     def __init__(self, cfg: PaddleOCRVLConfig) -> None:
         super().__init__()
         self.grid = cfg.position_grid
-        self.patch_embedding = PatchEmbedding(cfg.vision_hidden_size, cfg.patch_size)
+        p = cfg.patch_size
+        self.patch_embedding = PixelProjection([cfg.vision_hidden_size, 3, p, p], bias=True)
         self.position_embedding = nn.Embedding(cfg.position_grid**2, cfg.vision_hidden_size)
 
     def forward(self, patches: Tensor, grids: list[tuple[int, int, int]]) -> Tensor:

@@ -14,8 +14,8 @@ from runner.models.layers import (
     FeedForward,
     FullSequenceAttention,
     LayerNorm,
+    PixelProjection,
     RMSNorm,
-    fold_pixel_normalization,
     inverse_frequencies,
     mrope_cos_sin,
 )
@@ -101,29 +101,6 @@ class QwenVLConfig:
 
 
 # -- vision ------------------------------------------------------------------------------------
-
-
-class PatchEmbed(nn.Layer):
-    """Conv3d(3, D, (T, p, p), no bias) on uint8 rows ``(C, T, p, p)`` with the pixel
-    normalization folded in (the weight keeps the checkpoint's name ``patch_embed.proj``)."""
-
-    def __init__(self, dim: int, temporal: int, patch: int) -> None:
-        super().__init__()
-        self.proj = nn.Layer()
-        self.proj.weight = self.proj.create_parameter([dim, 3, temporal, patch, patch])
-        self._folded: tuple[Tensor, Tensor] | None = None
-
-    def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        weight = self.proj.weight
-        self._folded = fold_pixel_normalization(
-            weight.reshape([weight.shape[0], -1]).T, None, mean, std
-        )
-
-    def forward(self, patches: Tensor) -> Tensor:
-        if self._folded is None:
-            raise RuntimeError("call fold_normalization(mean, std) after loading weights")
-        weight, bias = self._folded
-        return paddle.matmul(patches.astype(weight.dtype), weight) + bias
 
 
 class VisionAttention(nn.Layer):
@@ -252,9 +229,9 @@ class QwenVisionTransformer(nn.Layer):
     def __init__(self, cfg: QwenVLConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.patch_embed = PatchEmbed(
-            cfg.vision_hidden_size, cfg.temporal_patch_size, cfg.patch_size
-        )
+        p, t = cfg.patch_size, cfg.temporal_patch_size
+        self.patch_embed = nn.Layer()
+        self.patch_embed.proj = PixelProjection([cfg.vision_hidden_size, 3, t, p, p], bias=False)
         self.blocks = nn.LayerList(
             [
                 VisionBlock(
@@ -270,7 +247,7 @@ class QwenVisionTransformer(nn.Layer):
 
     def forward(self, patches: Tensor, grids: list[tuple[int, int, int]]) -> Tensor:
         cfg = self.cfg
-        x = self.patch_embed(patches)
+        x = self.patch_embed.proj(patches)
         head_dim = cfg.vision_hidden_size // cfg.vision_heads
         row, col = block_rope_positions(grids, cfg.spatial_merge_size)
         inv = 1.0 / (
@@ -338,7 +315,7 @@ class QwenVLForConditionalGeneration(nn.Layer):
         return set()
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        self.visual.patch_embed.fold_normalization(mean, std)
+        self.visual.patch_embed.proj.fold_normalization(mean, std)
 
     def encode_images(self, patches: Tensor, grids: list[tuple[int, int, int]]) -> Tensor:
         """Features ``[sum(t*h*w) / 4, hidden]`` of uint8 rows ``[P, 3*2*14*14]`` (images or

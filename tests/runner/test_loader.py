@@ -144,3 +144,12 @@ def test_save_file_round_trip_keeps_checkpoint_layout(tiny_ocr_dir):
     assert list(tensors["model.layers.0.self_attn.q_proj.weight"].shape) == [64, 64]
     assert list(tensors["model.layers.0.self_attn.k_proj.weight"].shape) == [32, 64]
     assert list(tensors["lm_head.weight"].shape)[1] == 64
+
+
+def test_dtype_policy():
+    from runner.models import default_dtype
+
+    assert default_dtype({"torch_dtype": "bfloat16"}, on_accelerator=False) == "float32"
+    assert default_dtype({"torch_dtype": "bfloat16"}, on_accelerator=True) == "bfloat16"
+    assert default_dtype({"torch_dtype": "float16"}, on_accelerator=True) == "float16"
+    assert default_dtype({}, on_accelerator=True) == "bfloat16"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.model_reference import paddleocr_vl_features
 from maca_kernels.ops import paddle
 from runner.models import load_model
 from vision.processor import MediaProcessor
 from vision.processor_config import ProcessorConfig
 from vision.prompt import expand_prompt
 
-F = paddle.nn.functional
 TOL = 1e-4
 
 
@@ -38,21 +38,7 @@ def reference_features(model, processor, media):
     patches = np.concatenate([m.items[0].patches for m in media])
     pixels = paddle.to_tensor(processor.normalize(patches).reshape(-1, 3, 14, 14))
     grid = paddle.to_tensor([list(m.grid_thw) for m in media], dtype="int64")
-    sizes = grid.prod(axis=1)
-    cu = F.pad(paddle.cumsum(sizes, axis=0), (1, 0), value=0, data_format="NCL").astype("int32")
-    index = paddle.repeat_interleave(paddle.arange(grid.shape[0]), sizes)
-    out = model.visual(
-        pixel_values=pixels.unsqueeze(0),
-        image_grid_thw=grid,
-        cu_seqlens=cu,
-        sample_indices=index,
-        vision_return_embed_list=True,
-        interpolate_pos_encoding=True,
-        return_pooler_output=False,
-        use_rope=True,
-        window_size=-1,
-    )
-    features = model.mlp_AR(out.last_hidden_state, grid)
+    features = paddleocr_vl_features(model, pixels, grid)
     if isinstance(features, (list, tuple)):
         features = paddle.concat(features)
     return features.numpy().reshape(-1, features.shape[-1])

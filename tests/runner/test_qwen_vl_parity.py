@@ -110,3 +110,21 @@ def test_logits_match_with_images_and_video(
         )
     assert np.abs(got.numpy() - expected.logits.numpy()[0]).max() <= TOL
     assert int(expected.rope_deltas.numpy().ravel()[0]) == mm.rope_delta
+
+
+def test_text_only_logits_match(ours, reference_qwen25_model, tiny_qwen25_dir):
+    import paddleformers  # noqa: F401
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_qwen25_dir))
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Read the sign, please."}],
+        tokenize=True,
+        add_generation_prompt=True,
+    )
+    ids = list(ids if isinstance(ids, list) else ids["input_ids"])
+    positions = np.tile(np.arange(len(ids)), (3, 1))
+    with paddle.no_grad():
+        got = ours(paddle.to_tensor(ids), paddle.to_tensor(positions)).numpy()
+        expected = reference_qwen25_model(input_ids=paddle.to_tensor([ids]), return_dict=True)
+    assert np.abs(got - expected.logits.numpy()[0]).max() <= TOL
