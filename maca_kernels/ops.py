@@ -131,6 +131,23 @@ def chunk_attention_ref(q: Tensor, k: Tensor, v: Tensor, past: int, scale: float
     return out.transpose([1, 0, 2]).astype(q.dtype)
 
 
+def paged_attention_ref(q: Tensor, key_cache: Tensor, value_cache: Tensor, chunks: list) -> Tensor:
+    """Mixed-batch attention over a paged cache.
+
+    ``q`` holds the step's query rows; each chunk (``row_start``, ``row_end``, ``past``,
+    ``context_slots``) attends to the keys/values at its context slots, causally from ``past``.
+    Decodes are single-row chunks.
+    """
+    outputs = []
+    for chunk in chunks:
+        keys = paddle.gather(key_cache, chunk.context_slots)
+        values = paddle.gather(value_cache, chunk.context_slots)
+        outputs.append(
+            chunk_attention_ref(q[chunk.row_start : chunk.row_end], keys, values, chunk.past)
+        )
+    return paddle.concat(outputs)
+
+
 # -- dispatch ----------------------------------------------------------------------------------
 
 REFERENCE: dict[str, Callable[..., Tensor]] = {
@@ -145,6 +162,7 @@ REFERENCE: dict[str, Callable[..., Tensor]] = {
     "rope_interleaved": rope_interleaved_ref,
     "varlen_attention": varlen_attention_ref,
     "chunk_attention": chunk_attention_ref,
+    "paged_attention": paged_attention_ref,
 }
 _PLATFORM_KERNELS: dict[str, dict[str, Callable[..., Tensor]]] = {}
 _active: dict[str, Callable[..., Tensor]] = dict(REFERENCE)
@@ -201,3 +219,7 @@ def varlen_attention(q, k, v, cu_seqlens, causal, scale=None) -> Tensor:
 
 def chunk_attention(q, k, v, past, scale=None) -> Tensor:
     return _active["chunk_attention"](q, k, v, past, scale)
+
+
+def paged_attention(q, key_cache, value_cache, chunks) -> Tensor:
+    return _active["paged_attention"](q, key_cache, value_cache, chunks)

@@ -72,9 +72,10 @@ class NewRequestData:
 
     request_id: str
     slot: int
-    token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]  # prompt, then any tokens generated before a preemption
     mm_inputs: MultimodalInputs | None
     sampling: SamplingParams
+    num_prompt_tokens: int
 
 
 class ScheduledChunk(NamedTuple):

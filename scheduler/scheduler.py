@@ -294,6 +294,7 @@ class Scheduler:
                     tuple(request.token_ids(0, request.num_tokens)),
                     request.mm_inputs,
                     request.sampling,
+                    request.num_prompt_tokens,
                 )
             )
             request.needs_new_data = False

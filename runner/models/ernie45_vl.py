@@ -347,6 +347,12 @@ class Ernie45VLForConditionalGeneration(nn.Layer):
             x = layer(x, cos, sin, backend, is_vision)
         return self.model.norm(x)
 
+    def run_decoder(
+        self, input_ids: Tensor, x: Tensor, position_ids: Tensor, backend: AttentionBackend
+    ) -> Tensor:
+        """The decoder over a batch of token rows (the runner's uniform entry point)."""
+        return self.decode(x, position_ids, backend, self.is_vision_token(input_ids))
+
     def logits(self, hidden: Tensor) -> Tensor:
         if self.lm_head is None:
             return paddle.matmul(hidden, self.model.embed_tokens.weight, transpose_y=True)

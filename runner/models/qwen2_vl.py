@@ -331,6 +331,12 @@ class QwenVLForConditionalGeneration(nn.Layer):
         cos, sin = mrope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta, section)
         return self.model(x, cos, sin, backend)
 
+    def run_decoder(
+        self, input_ids: Tensor, x: Tensor, position_ids: Tensor, backend: AttentionBackend
+    ) -> Tensor:
+        """The decoder over a batch of token rows (the runner's uniform entry point)."""
+        return self.decode(x, position_ids, backend)
+
     def logits(self, hidden: Tensor) -> Tensor:
         if self.lm_head is None:
             return paddle.matmul(hidden, self.model.embed_tokens.weight, transpose_y=True)
