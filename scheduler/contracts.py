@@ -27,6 +27,8 @@ class SamplingParams:
         ignore_eos: keep generating past EOS.
         stop_token_ids: extra token ids that end the request (the token is kept in the output).
         logprobs: number of top alternatives to return per token (None: no logprobs).
+        stop: strings that end the request when the detokenized output contains one (the
+            engine checks them; the text is cut before the match).
     """
 
     max_tokens: int = 16
@@ -42,6 +44,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -59,10 +62,20 @@ class FinishReason(enum.Enum):
 
     EOS = "eos"
     STOP_TOKEN = "stop_token"
+    STOP_STRING = "stop_string"
     MAX_TOKENS = "max_tokens"
     LENGTH = "length"
     ABORT = "abort"
     ERROR = "error"
+
+    @property
+    def openai(self) -> str:
+        """The OpenAI API's ``finish_reason``."""
+        if self in (FinishReason.EOS, FinishReason.STOP_TOKEN, FinishReason.STOP_STRING):
+            return "stop"
+        if self in (FinishReason.MAX_TOKENS, FinishReason.LENGTH):
+            return "length"
+        return self.value
 
 
 @dataclass(frozen=True)

@@ -90,8 +90,9 @@ class Scheduler:
         self.requests[request.request_id] = request
         self.waiting.append(request)
 
-    def abort(self, request_id: str) -> bool:
-        """Abort a waiting or running request, freeing everything now. False if unknown."""
+    def abort(self, request_id: str, reason: FinishReason = FinishReason.ABORT) -> bool:
+        """End a waiting or running request now (abort, or a stop string the engine found),
+        freeing everything. False if unknown."""
         request = self.requests.get(request_id)
         if request is None:
             return False
@@ -101,7 +102,7 @@ class Scheduler:
             self.running.remove(request)
             self._release_running(request)
             self._gone_ids.append(request_id)
-        self._finish(request, FinishReason.ABORT)
+        self._finish(request, reason)
         return True
 
     def take_finished(self) -> list[Request]:
