@@ -29,8 +29,17 @@ def _model(args: argparse.Namespace) -> dict[str, Any]:
     return run(quick=args.quick, repeat=args.repeat if args.quick else 1)
 
 
+def _engine(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.engine_bench import run
+
+    if args.quick:
+        return run(requests=4, output_tokens=4, turns=3)
+    return run()
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "ingest": _ingest,
     "scheduler": _scheduler,
     "model": _model,
+    "engine": _engine,
 }

@@ -171,12 +171,16 @@ class Engine:
         params: SamplingParams,
         request_id: str | None = None,
     ) -> str:
-        """Ingest the media, expand the prompt and queue the request; returns its id."""
+        """Ingest the media, expand the prompt and queue the request; returns its id.
+
+        The request's arrival time is taken before ingestion, so TTFT includes preprocessing.
+        """
+        arrival = time.monotonic()
         expanded, mm = self.ingestor.build_inputs(token_ids, media) if media else (token_ids, None)
         if mm is not None and not mm.items:
             mm = None
         rid = request_id or f"req-{next(self._ids)}"
-        request = Request(rid, list(expanded), params, self.eos_token_id, mm)
+        request = Request(rid, list(expanded), params, self.eos_token_id, mm, arrival_time=arrival)
         self._tracked[rid] = _Tracked(request)
         self.scheduler.add_request(request)
         return rid

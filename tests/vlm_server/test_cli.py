@@ -64,6 +64,20 @@ def test_bench_model_quick_json_last_line():
         assert result[family]["vision_speedup"] > 0
 
 
+def test_bench_engine_quick_json_last_line():
+    done = subprocess.run(
+        [*vlm_server(), "bench", "engine", "--json", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("engine_tokens_per_s", "baseline_tokens_per_s", "speedup", "repeat_ttft_ratio"):
+        assert result[key] > 0
+    assert result["requests"] == 4 and len(result["ttft_s"]) == 3
+
+
 def test_serve_says_not_yet_available():
     done = subprocess.run([*vlm_server(), "serve"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
