@@ -74,6 +74,10 @@ def decode_data_url(url: str, max_bytes: int) -> bytes:
     # base64 inflates by 4/3: refuse oversized payloads before decoding them.
     _check_size(len(payload) * 3 // 4 - 2, max_bytes)
     try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        pass  # perhaps line-wrapped: retry without whitespace
+    try:
         return base64.b64decode(_WHITESPACE.sub("", payload), validate=True)
     except (binascii.Error, ValueError) as e:
         raise InvalidMediaRequest(f"malformed base64 payload in data URL: {e}") from None
