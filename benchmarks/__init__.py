@@ -30,8 +30,10 @@ def _model(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _engine(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.engine_bench import run
+    from benchmarks.engine_bench import run, run_released
 
+    if args.released:
+        return run_released()
     if args.quick:
         return run(requests=4, output_tokens=4, turns=3)
     return run()

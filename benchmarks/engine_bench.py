@@ -56,6 +56,74 @@ def _reference(directory: Path):
     return model
 
 
+def released_overrides() -> dict[str, Any]:
+    """PaddleOCR-VL's released dimensions (the tokenizer, and so the vocabulary, stays tiny)."""
+    from benchmarks.model_bench import PADDLEOCR_VL_RELEASED
+
+    keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rope_theta",
+        "rope_scaling",
+        "vision_config",
+    )
+    return {key: PADDLEOCR_VL_RELEASED[key] for key in keys}
+
+
+def run_released(output_tokens: int = 8) -> dict[str, Any]:
+    """One page-sized image at PaddleOCR-VL's released dimensions: the engine's whole request
+    against paddleformers' ``generate()``."""
+    from runner.make_tiny import make_tiny
+    from vlm_server.engine import LLM
+
+    directory = make_tiny(
+        "paddleocr_vl", Path(tempfile.mkdtemp()) / "released", overrides=released_overrides()
+    )
+    llm = LLM(directory, kv_cache_memory=512 << 20)
+    page = np.random.default_rng(0).integers(0, 256, (560, 392, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(page).save(buf, "PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    conversation = _conversation(url, "OCR:")
+    params = SamplingParams(max_tokens=output_tokens, temperature=0.0, ignore_eos=True)
+    llm.chat(_conversation(_image_url(1), "warm up"), SamplingParams(max_tokens=1), False)
+    start = time.perf_counter()
+    out = llm.chat(conversation, params, use_tqdm=False)[0]
+    engine_s = time.perf_counter() - start
+    reference = _reference(directory)
+    engine = llm.engine
+    ids, media = engine.tokenize_chat(conversation)
+    expanded, mm = engine.ingestor.build_inputs(ids, media)
+    patches = mm.items[0].patches
+    start = time.perf_counter()
+    with paddle.no_grad():
+        reference.generate(
+            input_ids=paddle.to_tensor([expanded]),
+            pixel_values=paddle.to_tensor(
+                engine.ingestor.processor.normalize(patches).reshape(-1, 3, 14, 14)
+            ),
+            image_grid_thw=paddle.to_tensor([list(mm.items[0].grid_thw)], "int64"),
+            max_new_tokens=output_tokens,
+            min_new_tokens=output_tokens,
+            decode_strategy="greedy_search",
+            use_cache=True,
+        )
+    baseline_s = time.perf_counter() - start
+    return {
+        "dimensions": "released (vocabulary: make-tiny's)",
+        "image_tokens": mm.items[0].length,
+        "output_tokens": output_tokens,
+        "engine_s": round(engine_s, 2),
+        "engine_ttft_s": round(out.metrics.ttft, 2),
+        "baseline_s": round(baseline_s, 2),
+        "speedup": round(baseline_s / engine_s, 2),
+    }
+
+
 def run(requests: int = 32, output_tokens: int = 16, turns: int = 4) -> dict[str, Any]:
     from runner.make_tiny import make_tiny
     from vlm_server.engine import LLM

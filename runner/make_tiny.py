@@ -78,9 +78,17 @@ def checkpoint_tensors(model: Any) -> dict[str, Any]:
 
 
 def make_tiny(
-    arch: str, out: str | Path, seed: int = 0, max_shard_bytes: int | None = None
+    arch: str,
+    out: str | Path,
+    seed: int = 0,
+    max_shard_bytes: int | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a tiny random ``arch`` checkpoint to ``out`` and return the directory."""
+    """Write a tiny random ``arch`` checkpoint to ``out`` and return the directory.
+
+    ``overrides`` replace top-level ``config.json`` fields (``vision_config`` as a whole), e.g.
+    to write a random checkpoint at released dimensions for benchmarks.
+    """
     if arch not in SPECS:
         raise ValueError(f"make-tiny supports {', '.join(sorted(SPECS))}; got {arch!r}")
     spec = SPECS[arch]
@@ -89,7 +97,7 @@ def make_tiny(
     tokenizer = train_tokenizer(spec.special_tokens)
     tokenizer.save(str(out / "tokenizer.json"))
     ids = {token: tokenizer.token_to_id(token) for token in spec.special_tokens}
-    config = _resolve_ids(spec.config, ids)
+    config = _resolve_ids({**spec.config, **(overrides or {})}, ids)
     config["vocab_size"] = tokenizer.get_vocab_size()
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "preprocessor_config.json").write_text(json.dumps(spec.preprocessor, indent=2))

@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--quick", action="store_true", help="a small workload, one run each (smoke test)"
     )
+    bench.add_argument(
+        "--released",
+        action="store_true",
+        help="engine: one page at PaddleOCR-VL's released dimensions instead of the tiny model",
+    )
     bench.set_defaults(func=_bench)
     tiny = commands.add_parser(
         "make-tiny", help="write a small random checkpoint in the real Hugging Face format"

@@ -22,7 +22,17 @@ from vision.limits import MediaAccessPolicy
 from vision.processor_config import ProcessorConfig
 from vlm_server.messages import parse_conversation
 
-DEFAULT_KV_CACHE_BYTES = 1 << 30
+
+def free_memory_bytes(platform: Any) -> int:
+    """Free memory where the KV cache will live."""
+    if platform.is_accelerator:
+        from maca_kernels.ops import paddle
+
+        total = paddle.device.cuda.get_device_properties().total_memory
+        return int(total - paddle.device.cuda.memory_allocated())
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,10 @@ class EngineConfig:
         max_num_batched_tokens / max_num_seqs / max_model_len: see ``SchedulerConfig``
             (``max_model_len`` None: the checkpoint's ``max_position_embeddings``, at most 8192).
         block_size: KV block size in tokens.
-        kv_cache_memory: bytes of KV cache (default 1 GiB).
+        kv_cache_memory: bytes of KV cache; None: ``kv_cache_fraction`` of the memory free
+            after the model loaded (device memory on accelerators, RAM on the CPU).
+        kv_cache_fraction: share of free memory for the KV cache when ``kv_cache_memory`` is
+            None (default 0.3).
         enable_prefix_caching: reuse KV blocks of identical prefixes.
         encoder_cache_tokens: encoder-cache budget in feature tokens (None: automatic).
         allowed_local_media_path: local media files are readable below this directory only.
@@ -45,7 +58,8 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_model_len: int | None = None
     block_size: int = 16
-    kv_cache_memory: int = DEFAULT_KV_CACHE_BYTES
+    kv_cache_memory: int | None = None
+    kv_cache_fraction: float = 0.3
     enable_prefix_caching: bool = True
     encoder_cache_tokens: int | None = None
     allowed_local_media_path: str | None = None
@@ -114,8 +128,11 @@ class Engine:
         self.eos_token_id = self.tokenizer.eos_token_id
         cfg = self.model.config
         dtype = str(self.model.model.embed_tokens.weight.dtype).replace("paddle.", "")
+        budget = config.kv_cache_memory
+        if budget is None:
+            budget = int(free_memory_bytes(detect_platform()) * config.kv_cache_fraction)
         blocks = PagedKVCache.blocks_for_budget(
-            config.kv_cache_memory,
+            budget,
             cfg.num_hidden_layers,
             config.block_size,
             cfg.num_key_value_heads,
@@ -123,6 +140,13 @@ class Engine:
             dtype,
         )
         max_len = config.max_model_len or 8192
+        # never more blocks than every batch slot filled to max_model_len needs
+        blocks = min(blocks, config.max_num_seqs * -(-max_len // config.block_size))
+        if blocks < 2:
+            raise ValueError(
+                f"a KV cache of {budget} bytes holds fewer than 2 blocks of "
+                f"{config.block_size} tokens: raise kv_cache_memory"
+            )
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_batched_tokens=config.max_num_batched_tokens,

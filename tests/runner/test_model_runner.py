@@ -42,8 +42,9 @@ def setup(tiny_ocr_dir, astronaut, coffee):
     return model, requests
 
 
-def reference_greedy(model, ids, mm, steps):
-    """Plain model, whole sequence recomputed for every token (no cache)."""
+def reference_greedy(model, ids, mm, steps, margins=None):
+    """Plain model, whole sequence recomputed for every token (no cache). ``margins``, if
+    given, receives the top-2 logit margin of every step."""
     features = None
     if mm is not None and mm.items:
         patches = np.concatenate([item.patches for item in mm.items])
@@ -59,7 +60,11 @@ def reference_greedy(model, ids, mm, steps):
         extra = np.tile(np.arange(n, len(tokens)) + delta, (3, 1))
         positions = np.concatenate([prompt_positions, extra], axis=1)
         logits = model(paddle.to_tensor(tokens), paddle.to_tensor(positions), features)
-        token = int(logits[-1].argmax())
+        last = logits[-1].numpy()
+        token = int(last.argmax())
+        if margins is not None:
+            top2 = np.sort(last)[-2:]
+            margins.append(float(top2[1] - top2[0]))
         tokens.append(token)
         out.append(token)
     return out
@@ -91,11 +96,36 @@ def run_engine(model, requests, budget, blocks, block_size=8, encoder_tokens=Non
     return {rid: r.output_token_ids for rid, r in finished.items()}, scheduler
 
 
+NEAR_TIE = 1e-4
+
+
+def assert_same_greedy(got: list[int], expected: list[int], margins: list[float], what: str):
+    """Equal tokens, except after a step where the reference's top-2 margin is a near-tie
+    (≤ 1e-4): there the runs may diverge legitimately; that is reported, not hidden."""
+    for step, (a, b) in enumerate(zip(got, expected, strict=True)):
+        if a == b:
+            continue
+        if margins[step] <= NEAR_TIE:
+            import warnings
+
+            warnings.warn(
+                f"{what}: near-tie at step {step} (margin {margins[step]:.2e}); "
+                "tokens after it are not compared",
+                stacklevel=2,
+            )
+            return
+        raise AssertionError(f"{what}: step {step}: {got} != {expected} (margin {margins[step]})")
+
+
 @pytest.fixture(scope="module")
 def expected(setup):
     model, requests = setup
+    results = {}
     with paddle.no_grad():
-        return {rid: reference_greedy(model, ids, mm, MAX_TOKENS) for rid, ids, mm in requests}
+        for rid, ids, mm in requests:
+            margins: list[float] = []
+            results[rid] = (reference_greedy(model, ids, mm, MAX_TOKENS, margins), margins)
+    return results
 
 
 @pytest.mark.parametrize(
@@ -110,7 +140,8 @@ def expected(setup):
 def test_engine_matches_plain_model(setup, expected, budget, blocks, encoder_tokens, what):
     model, requests = setup
     got, scheduler = run_engine(model, requests, budget, blocks, encoder_tokens=encoder_tokens)
-    assert got == expected, what
+    for rid, (tokens, margins) in expected.items():
+        assert_same_greedy(got[rid], tokens, margins, f"{what}, {rid}")
     metrics = scheduler.metrics()
     if budget == 48 and encoder_tokens is None:
         assert metrics["prefix_cache_hit_tokens"] > 0 and metrics["encoder_cache_hits"] > 0
