@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from maca_kernels import ops
+from runner.models.base import VisionLanguageModel
 from runner.models.layers import (
     AttentionBackend,
-    FullSequenceAttention,
     GatedMLP,
     LayerNorm,
     PixelProjection,
@@ -298,29 +298,21 @@ class ErnieTextModel(nn.Layer):
         self.resampler_model = Resampler(cfg)
 
 
-class Ernie45VLForConditionalGeneration(nn.Layer):
+class Ernie45VLForConditionalGeneration(VisionLanguageModel):
     """ERNIE-4.5-VL (MoE); parameter names follow the legacy checkpoint layout."""
 
     def __init__(self, cfg: Ernie45VLConfig) -> None:
         super().__init__()
         self.config = cfg
+        self.placeholder_ids = cfg.placeholder_ids
         self.vision_model = DFNRopeVisionTransformer(cfg)
         self.model = ErnieTextModel(cfg)
-        self.lm_head = (
-            None
-            if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias_attr=False)
-        )
+        self.lm_head = self.output_head(cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)
 
     def checkpoint_name(self, name: str) -> str | None:
         """Our parameter name for a checkpoint weight (legacy layout); a tied model ignores a
         stored ``lm_head.weight``."""
-        if name == "lm_head.weight" and self.lm_head is None:
-            return ""
-        return name
-
-    def optional_weights(self) -> set[str]:
-        return set()
+        return "" if self.tied_head_ignored(name) else name
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         self.vision_model.patch_embed.proj.fold_normalization(mean, std)
@@ -329,9 +321,6 @@ class Ernie45VLForConditionalGeneration(nn.Layer):
         """Features of uint8 rows ``[P, 3*14*14]`` for images ``(1, h, w)`` and video chunks
         ``(2k, h, w)``: ``h*w/4`` rows per image or frame pair."""
         return self.model.resampler_model(self.vision_model(patches, grids), grids)
-
-    def embed(self, input_ids: Tensor) -> Tensor:
-        return self.model.embed_tokens(input_ids)
 
     def is_vision_token(self, input_ids: Tensor) -> Tensor:
         """Tokens routed to the vision experts: placeholders and the start/end markers."""
@@ -352,21 +341,3 @@ class Ernie45VLForConditionalGeneration(nn.Layer):
     ) -> Tensor:
         """The decoder over a batch of token rows (the runner's uniform entry point)."""
         return self.decode(x, position_ids, backend, self.is_vision_token(input_ids))
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        if self.lm_head is None:
-            return paddle.matmul(hidden, self.model.embed_tokens.weight, transpose_y=True)
-        return self.lm_head(hidden)
-
-    def forward(
-        self, input_ids: Tensor, position_ids: Tensor, features: Tensor | None = None
-    ) -> Tensor:
-        """Logits ``[N, vocab]`` of one whole sequence (no cache)."""
-        x = self.embed(input_ids)
-        if features is not None:
-            ids = paddle.to_tensor(list(self.config.placeholder_ids), dtype=input_ids.dtype)
-            rows = paddle.isin(input_ids, ids).nonzero().flatten()
-            x = paddle.scatter(x, rows, features.astype(x.dtype))
-        backend = FullSequenceAttention([0, input_ids.shape[0]])
-        hidden = self.decode(x, position_ids, backend, self.is_vision_token(input_ids))
-        return self.logits(hidden)

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from maca_kernels import ops
+from runner.models.base import VisionLanguageModel
 from runner.models.layers import (
     AttentionBackend,
     DecoderStack,
     FeedForward,
-    FullSequenceAttention,
     LayerNorm,
     PixelProjection,
     activation_name,
@@ -197,12 +197,13 @@ class Projector(nn.Layer):
 # -- language model ----------------------------------------------------------------------------
 
 
-class PaddleOCRVLForConditionalGeneration(nn.Layer):
+class PaddleOCRVLForConditionalGeneration(VisionLanguageModel):
     """The whole model. Parameter names follow the checkpoint's legacy layout."""
 
     def __init__(self, cfg: PaddleOCRVLConfig) -> None:
         super().__init__()
         self.config = cfg
+        self.placeholder_ids = (cfg.image_token_id,)
         self.visual = Visual(cfg)
         self.mlp_AR = Projector(cfg)  # noqa: N815 - the checkpoint's name
         self.model = DecoderStack(
@@ -216,11 +217,7 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
             cfg.rms_norm_eps,
             qkv_bias=cfg.use_bias,
         )
-        self.lm_head = (
-            None
-            if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias_attr=False)
-        )
+        self.lm_head = self.output_head(cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)
 
     # -- loading ---------------------------------------------------------------------------
     def checkpoint_name(self, name: str) -> str | None:
@@ -228,14 +225,11 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
         ``""`` for weights the reference ignores too."""
         if "packing_position_embedding" in name or ".vision_model.head." in name:
             return ""
-        if name == "lm_head.weight" and self.lm_head is None:
-            return ""  # tied: the embedding matrix serves as the output head
+        if self.tied_head_ignored(name):
+            return ""
         name = re.sub(r"^model\.visual\.", "visual.", name)
         name = re.sub(r"^model\.projector\.", "mlp_AR.", name)
         return re.sub(r"^model\.language_model\.", "model.", name)
-
-    def optional_weights(self) -> set[str]:
-        return set()
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         self.visual.vision_model.embeddings.patch_embedding.fold_normalization(mean, std)
@@ -246,9 +240,6 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
         with the given grids, in one varlen call."""
         return self.mlp_AR(self.visual.vision_model(patches, grids), grids)
 
-    def embed(self, input_ids: Tensor) -> Tensor:
-        return self.model.embed_tokens(input_ids)
-
     def decode(self, x: Tensor, position_ids: Tensor, backend: AttentionBackend) -> Tensor:
         """Decoder output for embeddings ``x [N, H]`` at positions ``position_ids [3, N]``."""
         cfg = self.config
@@ -256,26 +247,3 @@ class PaddleOCRVLForConditionalGeneration(nn.Layer):
             position_ids, cfg.head_dim, cfg.rope_theta, list(cfg.mrope_section)
         )
         return self.model(x, cos, sin, backend)
-
-    def run_decoder(
-        self, input_ids: Tensor, x: Tensor, position_ids: Tensor, backend: AttentionBackend
-    ) -> Tensor:
-        """The decoder over a batch of token rows (the runner's uniform entry point)."""
-        return self.decode(x, position_ids, backend)
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        if self.lm_head is None:
-            return paddle.matmul(hidden, self.model.embed_tokens.weight, transpose_y=True)
-        return self.lm_head(hidden)
-
-    def forward(
-        self, input_ids: Tensor, position_ids: Tensor, image_features: Tensor | None = None
-    ) -> Tensor:
-        """Logits ``[N, vocab]`` of one whole sequence (no cache), image features merged at the
-        placeholder positions in order."""
-        x = self.embed(input_ids)
-        if image_features is not None:
-            mask = (input_ids == self.config.image_token_id).nonzero().flatten()
-            x = paddle.scatter(x, mask, image_features.astype(x.dtype), overwrite=True)
-        hidden = self.decode(x, position_ids, FullSequenceAttention([0, input_ids.shape[0]]))
-        return self.logits(hidden)

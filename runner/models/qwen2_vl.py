@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from maca_kernels import ops
+from runner.models.base import VisionLanguageModel
 from runner.models.layers import (
     AttentionBackend,
     DecoderStack,
     FeedForward,
-    FullSequenceAttention,
     LayerNorm,
     PixelProjection,
     RMSNorm,
@@ -278,12 +278,13 @@ class QwenVisionTransformer(nn.Layer):
         return merged
 
 
-class QwenVLForConditionalGeneration(nn.Layer):
+class QwenVLForConditionalGeneration(VisionLanguageModel):
     """Qwen2-VL / Qwen2.5-VL; parameter names follow the checkpoint's legacy layout."""
 
     def __init__(self, cfg: QwenVLConfig) -> None:
         super().__init__()
         self.config = cfg
+        self.placeholder_ids = (cfg.image_token_id, cfg.video_token_id)
         self.visual = QwenVisionTransformer(cfg)
         self.model = DecoderStack(
             cfg.vocab_size,
@@ -296,23 +297,16 @@ class QwenVLForConditionalGeneration(nn.Layer):
             cfg.rms_norm_eps,
             qkv_bias=True,
         )
-        self.lm_head = (
-            None
-            if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias_attr=False)
-        )
+        self.lm_head = self.output_head(cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)
 
     def checkpoint_name(self, name: str) -> str | None:
         """Our parameter name for a checkpoint weight (legacy or transformers-v5 layout)."""
         if name.endswith("rotary_emb.inv_freq"):
             return ""
-        if name == "lm_head.weight" and self.lm_head is None:
-            return ""  # tied: the embedding matrix serves as the output head
+        if self.tied_head_ignored(name):
+            return ""
         name = re.sub(r"^model\.visual\.", "visual.", name)
         return re.sub(r"^model\.language_model\.", "model.", name)
-
-    def optional_weights(self) -> set[str]:
-        return set()
 
     def fold_normalization(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         self.visual.patch_embed.proj.fold_normalization(mean, std)
@@ -322,35 +316,8 @@ class QwenVLForConditionalGeneration(nn.Layer):
         video chunks) in one varlen call."""
         return self.visual(patches, grids)
 
-    def embed(self, input_ids: Tensor) -> Tensor:
-        return self.model.embed_tokens(input_ids)
-
     def decode(self, x: Tensor, position_ids: Tensor, backend: AttentionBackend) -> Tensor:
         cfg = self.config
         section = list(cfg.mrope_section)
         cos, sin = mrope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta, section)
         return self.model(x, cos, sin, backend)
-
-    def run_decoder(
-        self, input_ids: Tensor, x: Tensor, position_ids: Tensor, backend: AttentionBackend
-    ) -> Tensor:
-        """The decoder over a batch of token rows (the runner's uniform entry point)."""
-        return self.decode(x, position_ids, backend)
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        if self.lm_head is None:
-            return paddle.matmul(hidden, self.model.embed_tokens.weight, transpose_y=True)
-        return self.lm_head(hidden)
-
-    def forward(
-        self, input_ids: Tensor, position_ids: Tensor, features: Tensor | None = None
-    ) -> Tensor:
-        """Logits ``[N, vocab]`` of one whole sequence (no cache); ``features`` replace the image
-        and video placeholders in order."""
-        x = self.embed(input_ids)
-        if features is not None:
-            cfg = self.config
-            is_media = (input_ids == cfg.image_token_id) | (input_ids == cfg.video_token_id)
-            x = paddle.scatter(x, is_media.nonzero().flatten(), features.astype(x.dtype))
-        hidden = self.decode(x, position_ids, FullSequenceAttention([0, input_ids.shape[0]]))
-        return self.logits(hidden)
