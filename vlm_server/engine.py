@@ -115,6 +115,7 @@ class Engine:
 
         self.config = config = config or EngineConfig()
         directory = resolve_model_dir(model)
+        self.model_dir = directory
         self.model = load_model(directory)
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
         self.processor_config = ProcessorConfig.from_checkpoint(directory)

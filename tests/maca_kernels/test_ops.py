@@ -133,3 +133,30 @@ def test_chunk_attention_sees_the_cache_and_its_causal_prefix():
     q_full = np.concatenate([rng.standard_normal((past, 4, 8)), q])
     expected = numpy_attention(q_full, k, v, causal=True)[past:]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_paged_attention_batches_mixed_chunks():
+    from runner.kv_cache import ChunkLayout
+
+    slots_total = 64
+    key_cache = t(rng.standard_normal((slots_total, 2, 8)))
+    value_cache = t(rng.standard_normal((slots_total, 2, 8)))
+    perm = rng.permutation(slots_total)
+    # a prefill chunk after a cached prefix, a fresh prefill, and two decodes
+    specs = [(5, 4), (0, 6), (9, 1), (0, 1)]  # (past, new tokens)
+    chunks, row, used = [], 0, 0
+    for past, new in specs:
+        slots = perm[used : used + past + new]
+        used += past + new
+        chunks.append(ChunkLayout(row, row + new, past, paddle.to_tensor(slots)))
+        row += new
+    q = rng.standard_normal((row, 4, 8))
+    got = ops.paged_attention(t(q), key_cache, value_cache, chunks).numpy()
+    k_all, v_all = key_cache.numpy(), value_cache.numpy()
+    for chunk in chunks:
+        slots = chunk.context_slots.numpy()
+        q_full = np.concatenate([np.zeros((chunk.past, 4, 8)), q[chunk.row_start : chunk.row_end]])
+        expected = numpy_attention(q_full, k_all[slots], v_all[slots], causal=True)[chunk.past :]
+        np.testing.assert_allclose(
+            got[chunk.row_start : chunk.row_end], expected, rtol=1e-4, atol=1e-5
+        )

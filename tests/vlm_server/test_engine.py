@@ -139,3 +139,32 @@ def test_stop_string_cuts_the_text(family_setup):
     cut = llm.chat(conversations[0], params, use_tqdm=False)[0].outputs[0]
     assert cut.finish_reason == "stop"
     assert cut.text == full.text[: full.text.index(stop)]
+
+
+def test_preemption_with_a_tiny_kv_pool_keeps_the_tokens(family_setup):
+    family, llm, conversations = family_setup
+    conversations = conversations[:4]  # text and images (a long video would size the pool)
+    generated = 24  # three blocks of growth per request: running requests outgrow the pool
+    params = SamplingParams(max_tokens=generated, temperature=0.0, ignore_eos=True)
+    roomy = [o.outputs[0].token_ids for o in llm.chat(conversations, params, use_tqdm=False)]
+    engine = llm.engine
+    lengths = []
+    for conversation in conversations:
+        ids, media = engine.tokenize_chat(conversation)
+        lengths.append(len(engine.ingestor.build_inputs(ids, media)[0]) if media else len(ids))
+    config = engine.model.config
+    block_bytes = (
+        2 * config.num_hidden_layers * 8 * config.num_key_value_heads * config.head_dim * 4
+    )
+    blocks = -(-(max(lengths) + generated) // 8) + 1  # the longest request fits alone
+    tight = LLM(
+        engine.model_dir,
+        max_num_batched_tokens=96,
+        max_num_seqs=4,
+        kv_cache_memory=blocks * block_bytes,
+        block_size=8,
+        max_model_len=1024,
+    )
+    outputs = tight.chat(conversations, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outputs] == roomy, family
+    assert sum(o.metrics.preemptions for o in outputs) > 0
