@@ -132,56 +132,20 @@ def chunk_attention_ref(q: Tensor, k: Tensor, v: Tensor, past: int, scale: float
 
 
 def paged_attention_ref(q: Tensor, key_cache: Tensor, value_cache: Tensor, chunks: list) -> Tensor:
-    """Mixed-batch attention over a paged cache, vectorized over the step's chunks.
+    """Mixed-batch attention over a paged cache.
 
     ``q`` holds the step's query rows; each chunk (``row_start``, ``row_end``, ``past``,
-    ``context_slots``) attends to the keys/values at its context slots, causally from ``past``
-    (decodes are single-row chunks). Chunks are padded to the longest query run and context
-    and computed as one batch; softmax in float32.
+    ``context_slots``) attends to the keys/values at its context slots, causally from ``past``.
+    Decodes are single-row chunks.
     """
-    heads, dim = q.shape[1], q.shape[2]
-    kv_heads = key_cache.shape[1]
-    n_chunks = len(chunks)
-    q_len = [c.row_end - c.row_start for c in chunks]
-    ctx_len = [int(c.context_slots.shape[0]) for c in chunks]
-    q_max, ctx_max = max(q_len), max(ctx_len)
-    # gather indices: query rows and context slots, padded (padding points at row/slot 0)
-    q_index = [
-        list(range(c.row_start, c.row_end)) + [0] * (q_max - n)
-        for c, n in zip(chunks, q_len, strict=True)
-    ]
-    slots = paddle.stack(
-        [
-            paddle.concat(
-                [c.context_slots, paddle.zeros([ctx_max - n], dtype=c.context_slots.dtype)]
-            )
-            if n < ctx_max
-            else c.context_slots
-            for c, n in zip(chunks, ctx_len, strict=True)
-        ]
-    )  # [C, ctx_max]
-    queries = paddle.gather(q, paddle.to_tensor(q_index).flatten()).reshape(
-        [n_chunks, q_max, heads, dim]
-    )
-    keys = paddle.gather(key_cache, slots.flatten()).reshape([n_chunks, ctx_max, kv_heads, dim])
-    values = paddle.gather(value_cache, slots.flatten()).reshape([n_chunks, ctx_max, kv_heads, dim])
-    if kv_heads != heads:
-        keys = paddle.repeat_interleave(keys, heads // kv_heads, axis=2)
-        values = paddle.repeat_interleave(values, heads // kv_heads, axis=2)
-    queries = queries.transpose([0, 2, 1, 3]).astype("float32")  # [C, H, Q, D]
-    keys = keys.transpose([0, 2, 1, 3]).astype("float32")
-    values = values.transpose([0, 2, 1, 3]).astype("float32")
-    scores = paddle.matmul(queries, keys, transpose_y=True) * (1.0 / math.sqrt(dim))
-    past = paddle.to_tensor([c.past for c in chunks], dtype="int64").reshape([n_chunks, 1, 1])
-    lengths = paddle.to_tensor(ctx_len, dtype="int64").reshape([n_chunks, 1, 1])
-    row = paddle.arange(q_max, dtype="int64").reshape([1, q_max, 1])
-    col = paddle.arange(ctx_max, dtype="int64").reshape([1, 1, ctx_max])
-    allowed = (col <= past + row) & (col < lengths)  # [C, Q, ctx]
-    scores = paddle.where(allowed.unsqueeze(1), scores, paddle.full_like(scores, float("-inf")))
-    probs = F.softmax(scores, axis=-1)
-    out = paddle.matmul(probs, values).transpose([0, 2, 1, 3])  # [C, Q, H, D]
-    rows = [out[i, :n] for i, n in enumerate(q_len)]
-    return paddle.concat(rows).astype(q.dtype)
+    outputs = []
+    for chunk in chunks:
+        keys = paddle.gather(key_cache, chunk.context_slots)
+        values = paddle.gather(value_cache, chunk.context_slots)
+        outputs.append(
+            chunk_attention_ref(q[chunk.row_start : chunk.row_end], keys, values, chunk.past)
+        )
+    return paddle.concat(outputs)
 
 
 # -- dispatch ----------------------------------------------------------------------------------
