@@ -4,18 +4,52 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from benchmarks import BENCHMARKS
 
 
+def default_model_dir() -> Path:
+    """The model served when none is given: until the trained default model ships, a random
+    make-tiny PaddleOCR-VL created on first start."""
+    directory = Path(os.environ.get("VLM_SERVER_CACHE", Path.home() / ".cache" / "vlm-serve"))
+    target = directory / "tiny-paddleocr_vl"
+    if not (target / "config.json").is_file():
+        from runner.make_tiny import make_tiny
+
+        make_tiny("paddleocr_vl", target)
+    return target
+
+
 def _serve(args: argparse.Namespace) -> int:
-    print(
-        "vlm-server serve: the HTTP server is not yet available in this version "
-        "(it lands with the engine and server issues).",
-        file=sys.stderr,
+    import uvicorn
+
+    from vlm_server.api import create_app
+    from vlm_server.async_engine import AsyncEngine
+    from vlm_server.engine import Engine, EngineConfig
+
+    model = args.model
+    if model is None:
+        model = default_model_dir()
+        print(
+            f"vlm-server: no model given; serving the RANDOM test model at {model} "
+            "(its answers are noise)",
+            file=sys.stderr,
+        )
+    config = EngineConfig(
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_memory=args.kv_cache_memory,
+        allowed_local_media_path=args.allowed_local_media_path,
+        allowed_media_domains=tuple(args.allowed_media_domains or ()),
     )
-    return 2
+    engine = AsyncEngine(Engine(model, config))
+    app = create_app(engine, args.served_model_name or Path(model).name)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    engine.close()
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -40,8 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlm-server", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve a model over HTTP (not yet available)")
+    serve = commands.add_parser("serve", help="serve a model over HTTP (OpenAI-compatible)")
     serve.add_argument("model", nargs="?", help="local Hugging Face-format model directory")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--served-model-name", help="model id in the API (default: dir name)")
+    serve.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    serve.add_argument("--max-num-seqs", type=int, default=64)
+    serve.add_argument(
+        "--kv-cache-memory", type=int, default=None, help="KV cache bytes (default: 30%% free)"
+    )
+    serve.add_argument("--allowed-local-media-path", help="local media readable below this dir")
+    serve.add_argument(
+        "--allowed-media-domains", nargs="*", help="domains whose http(s) media may be fetched"
+    )
     serve.set_defaults(func=_serve)
 
     bench = commands.add_parser("bench", help="run a benchmark against its baseline")

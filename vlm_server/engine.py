@@ -210,6 +210,14 @@ class Engine:
         self.scheduler.add_request(request)
         return rid
 
+    def add_prepared(
+        self, token_ids: list[int], mm: Any, params: SamplingParams, request_id: str
+    ) -> None:
+        """Queue a request whose prompt is already expanded (media ingested elsewhere)."""
+        request = Request(request_id, list(token_ids), params, self.eos_token_id, mm)
+        self._tracked[request_id] = _Tracked(request)
+        self.scheduler.add_request(request)
+
     def abort(self, request_id: str) -> bool:
         return self.scheduler.abort(request_id)
 
@@ -219,6 +227,10 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Schedule, execute, update; returns the requests that finished in this step."""
+        return self.step_with_tokens()[1]
+
+    def step_with_tokens(self) -> tuple[dict[str, int], list[RequestOutput]]:
+        """One step; returns ``(token sampled per request, requests finished)``."""
         out = self.scheduler.schedule()
         result = self.runner.execute(out)
         self.scheduler.update(out, result)
@@ -227,6 +239,11 @@ class Engine:
                 self._tracked[rid].logprobs.append(logprob)
         for rid in result.sampled:
             self._check_stop_strings(rid)
+        return result.sampled, [self._finish(r) for r in self.scheduler.take_finished()]
+
+    def finish_refused(self) -> list[RequestOutput]:
+        """Outputs of requests that ended without a step (refused at admission, aborted while
+        waiting)."""
         return [self._finish(r) for r in self.scheduler.take_finished()]
 
     def _check_stop_strings(self, rid: str) -> None:
@@ -316,8 +333,8 @@ class LLM:
             for (ids, media), p in zip(prompts, params, strict=True)
         ]
         results: dict[str, RequestOutput] = {}
-        for finished in self.engine.scheduler.take_finished():  # refused at admission
-            results[finished.request_id] = self.engine._finish(finished)
+        for finished in self.engine.finish_refused():
+            results[finished.request_id] = finished
         with tqdm(total=len(order), desc="requests", disable=not use_tqdm) as bar:
             bar.update(len(results))
             while self.engine.has_work():

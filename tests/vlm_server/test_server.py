@@ -1,0 +1,163 @@
+"""The real HTTP server on 127.0.0.1 with the real ``openai`` client: chat with image data URLs,
+streamed and not, usage counted, errors in OpenAI's shape."""
+
+from __future__ import annotations
+
+import base64
+import io
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from PIL import Image
+
+from runner.make_tiny import make_tiny
+from vlm_server.api import create_app
+from vlm_server.async_engine import AsyncEngine
+from vlm_server.engine import Engine, EngineConfig
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    directory = make_tiny("paddleocr_vl", tmp_path_factory.mktemp("serve") / "tiny")
+    engine = AsyncEngine(
+        Engine(directory, EngineConfig(max_num_batched_tokens=256, kv_cache_memory=32 << 20))
+    )
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(engine, "tiny"), host="127.0.0.1", port=port, log_level="error"
+    )
+    instance = uvicorn.Server(config)
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    yield base, engine
+    instance.should_exit = True
+    thread.join(timeout=10)
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def image_url(astronaut):
+    buf = io.BytesIO()
+    Image.fromarray(astronaut[:180, :240]).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def messages(url: str, text: str = "OCR:"):
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": text},
+            ],
+        }
+    ]
+
+
+def test_chat_with_an_image_through_the_openai_client(server, image_url):
+    import openai
+
+    base, _ = server
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+    reply = client.chat.completions.create(
+        model="tiny", messages=messages(image_url), max_tokens=6, temperature=0
+    )
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.usage.completion_tokens == 6 or reply.choices[0].finish_reason == "stop"
+    assert reply.usage.prompt_tokens > 20  # the image's placeholders are counted
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    again = client.chat.completions.create(
+        model="tiny", messages=messages(image_url), max_tokens=6, temperature=0
+    )
+    assert again.choices[0].message.content == reply.choices[0].message.content
+
+
+def test_streaming_gives_the_same_text_and_usage(server, image_url):
+    import openai
+
+    base, _ = server
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+    plain = client.chat.completions.create(
+        model="tiny", messages=messages(image_url, "Read it."), max_tokens=8, temperature=0
+    )
+    stream = client.chat.completions.create(
+        model="tiny",
+        messages=messages(image_url, "Read it."),
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, usage, finish = "", None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert text == plain.choices[0].message.content
+    assert usage.completion_tokens == plain.usage.completion_tokens
+    assert finish == plain.choices[0].finish_reason
+
+
+def test_bad_media_is_a_4xx_and_the_server_keeps_serving(server, image_url):
+    base, _ = server
+    body = {"model": "tiny", "messages": messages("data:image/png;base64,AAAA"), "max_tokens": 2}
+    response = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code in (415, 422)
+    error = response.json()["error"]
+    assert error["message"] and error["code"] == response.status_code
+    ok = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "tiny", "messages": messages(image_url), "max_tokens": 2},
+        timeout=60,
+    )
+    assert ok.status_code == 200
+
+
+def test_unknown_model_and_bad_body(server):
+    base, _ = server
+    missing = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
+    empty = httpx.post(f"{base}/v1/chat/completions", json={"model": "tiny"}, timeout=30)
+    assert empty.status_code == 400
+    assert httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"] == "tiny"
+
+
+def test_concurrent_requests_are_batched(server, image_url):
+    import concurrent.futures
+
+    base, _ = server
+
+    def ask(i: int) -> int:
+        body = {
+            "model": "tiny",
+            "messages": messages(image_url, f"question {i}"),
+            "max_tokens": 4,
+            "temperature": 0,
+        }
+        return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(ask, range(8))) == [200] * 8

@@ -1,0 +1,180 @@
+"""The HTTP API: OpenAI-compatible chat completions (JSON and SSE streaming), models, health.
+
+Bad input is a 4xx in OpenAI's error shape; the server keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from scheduler.contracts import SamplingParams
+from vision.errors import MediaError
+from vlm_server import __version__
+from vlm_server.async_engine import AsyncEngine, TokenEvent
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+
+def error_response(status: int, message: str, kind: str, param: str | None = None):
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+def sampling_from_body(body: dict[str, Any]) -> SamplingParams:
+    """OpenAI sampling fields plus ``top_k``, ``min_p``, ``repetition_penalty``, ``seed``."""
+    stop = body.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+    try:
+        return SamplingParams(
+            max_tokens=int(max_tokens),
+            temperature=float(body.get("temperature", 1.0)),
+            top_p=float(body.get("top_p", 1.0)),
+            top_k=int(body.get("top_k") or 0),
+            min_p=float(body.get("min_p") or 0.0),
+            presence_penalty=float(body.get("presence_penalty") or 0.0),
+            frequency_penalty=float(body.get("frequency_penalty") or 0.0),
+            repetition_penalty=float(body.get("repetition_penalty") or 1.0),
+            seed=body.get("seed"),
+            stop=tuple(stop),
+            logprobs=body.get("top_logprobs") if body.get("logprobs") else None,
+        )
+    except (TypeError, ValueError) as e:
+        raise APIError(400, f"invalid sampling parameters: {e}", "invalid_request_error") from None
+
+
+def create_app(engine: AsyncEngine, model_name: str) -> FastAPI:
+    app = FastAPI(title="vlm-serve", version=__version__)
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, error: APIError):
+        return error_response(error.status, error.message, error.kind, error.param)
+
+    @app.exception_handler(MediaError)
+    async def _media_error(_: Request, error: MediaError):
+        return error_response(error.status_code, error.message, error.code, error.param)
+
+    @app.get("/health")
+    async def health():
+        if not engine.alive:
+            return error_response(503, f"engine loop stopped: {engine.error}", "server_error")
+        return {"status": "ok"}
+
+    @app.get("/version")
+    async def version():
+        return {"version": __version__}
+
+    @app.get("/v1/models")
+    async def models():
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "owned_by": "vlm-serve"}],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise APIError(
+                400, "the request body is not valid JSON", "invalid_request_error"
+            ) from None
+        if body.get("model") not in (None, model_name):
+            raise APIError(
+                404, f"model {body.get('model')!r} not found", "not_found_error", "model"
+            )
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise APIError(
+                400, "messages must be a non-empty list", "invalid_request_error", "messages"
+            )
+        params = sampling_from_body(body)
+        token_ids, mm = await engine.prepare(messages)
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(
+                _stream(engine, token_ids, mm, params, rid, created, model_name, include_usage),
+                media_type="text/event-stream",
+            )
+        final = None
+        async for event in engine.generate(token_ids, mm, params, rid):
+            if not isinstance(event, TokenEvent):
+                final = event
+        output = final.outputs[0]
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": output.text},
+                    "finish_reason": output.finish_reason,
+                }
+            ],
+            "usage": _usage(len(token_ids), len(output.token_ids)),
+        }
+
+    return app
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+async def _stream(engine, token_ids, mm, params, rid, created, model_name, include_usage):
+    def chunk(delta: dict[str, Any], finish: str | None = None, usage=None) -> str:
+        body = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+            if usage is None
+            else [],
+        }
+        if usage is not None:
+            body["usage"] = usage
+        return f"data: {json.dumps(body)}\n\n"
+
+    tokenizer = engine.engine.tokenizer
+    tokens: list[int] = []
+    sent = ""
+    yield chunk({"role": "assistant", "content": ""})
+    async for event in engine.generate(token_ids, mm, params, rid):
+        if isinstance(event, TokenEvent):
+            tokens.append(event.token_id)
+            text = tokenizer.decode(tokens, skip_special_tokens=True)
+            if text.endswith("\ufffd"):
+                continue  # an incomplete multi-byte character: wait for the next token
+            if params.stop:
+                continue  # the final output carries the text cut at the stop string
+            if len(text) > len(sent):
+                yield chunk({"content": text[len(sent) :]})
+                sent = text
+        else:
+            output = event.outputs[0]
+            if len(output.text) > len(sent):
+                yield chunk({"content": output.text[len(sent) :]})
+            yield chunk({}, output.finish_reason)
+            if include_usage:
+                yield chunk({}, usage=_usage(len(token_ids), len(output.token_ids)))
+    yield "data: [DONE]\n\n"
