@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from scheduler.contracts import SamplingParams
 from vision.errors import MediaError
 from vlm_server import __version__
 from vlm_server.async_engine import AsyncEngine, TokenEvent
+from vlm_server.metrics import ServerMetrics
 
 
 class APIError(Exception):
@@ -54,8 +56,53 @@ def sampling_from_body(body: dict[str, Any]) -> SamplingParams:
         raise APIError(400, f"invalid sampling parameters: {e}", "invalid_request_error") from None
 
 
-def create_app(engine: AsyncEngine, model_name: str) -> FastAPI:
+@dataclass(frozen=True)
+class ServerConfig:
+    """HTTP-side limits.
+
+    Attributes:
+        api_key: required ``Authorization: Bearer`` key (None: no authentication).
+        max_queued_requests: requests in flight before new ones get 429.
+        max_request_bytes: largest request body (413 above).
+    """
+
+    api_key: str | None = None
+    max_queued_requests: int = 256
+    max_request_bytes: int = 64 * 1024 * 1024
+
+
+def create_app(engine: AsyncEngine, model_name: str, config: ServerConfig | None = None) -> FastAPI:
+    config = config or ServerConfig()
     app = FastAPI(title="vlm-serve", version=__version__)
+    metrics = ServerMetrics()
+    in_flight = {"count": 0}
+    public = {"/health", "/version", "/metrics"}
+
+    @app.middleware("http")
+    async def _guard(request: Request, call_next):
+        if config.api_key and request.url.path not in public:
+            expected = f"Bearer {config.api_key}"
+            if request.headers.get("authorization") != expected:
+                return error_response(
+                    401,
+                    "missing or wrong API key (Authorization: Bearer ...)",
+                    "authentication_error",
+                )
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > config.max_request_bytes:
+            return error_response(
+                413,
+                f"request body of {length} bytes is above --max-request-bytes "
+                f"{config.max_request_bytes}",
+                "request_too_large",
+            )
+        return await call_next(request)
+
+    @app.get("/metrics")
+    async def prometheus():
+        return PlainTextResponse(
+            metrics.render(engine.engine), media_type="text/plain; version=0.0.4"
+        )
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, error: APIError):
@@ -100,19 +147,45 @@ def create_app(engine: AsyncEngine, model_name: str) -> FastAPI:
                 400, "messages must be a non-empty list", "invalid_request_error", "messages"
             )
         params = sampling_from_body(body)
+        if in_flight["count"] >= config.max_queued_requests:
+            raise APIError(429, "too many requests in flight: retry later", "rate_limit_error")
+        started = time.monotonic()
         token_ids, mm = await engine.prepare(messages)
+        with metrics.lock:
+            metrics.preprocess.observe(time.monotonic() - started)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(
-                _stream(engine, token_ids, mm, params, rid, created, model_name, include_usage),
-                media_type="text/event-stream",
-            )
+
+            async def tracked_stream():
+                in_flight["count"] += 1
+                try:
+                    async for piece in _stream(
+                        engine,
+                        token_ids,
+                        mm,
+                        params,
+                        rid,
+                        created,
+                        model_name,
+                        include_usage,
+                        metrics,
+                    ):
+                        yield piece
+                finally:
+                    in_flight["count"] -= 1
+
+            return StreamingResponse(tracked_stream(), media_type="text/event-stream")
         final = None
-        async for event in engine.generate(token_ids, mm, params, rid):
-            if not isinstance(event, TokenEvent):
-                final = event
+        in_flight["count"] += 1
+        try:
+            async for event in engine.generate(token_ids, mm, params, rid):
+                if not isinstance(event, TokenEvent):
+                    final = event
+        finally:
+            in_flight["count"] -= 1
+        metrics.observe_request(final)
         output = final.outputs[0]
         return {
             "id": rid,
@@ -140,7 +213,7 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-async def _stream(engine, token_ids, mm, params, rid, created, model_name, include_usage):
+async def _stream(engine, token_ids, mm, params, rid, created, model_name, include_usage, metrics):
     def chunk(delta: dict[str, Any], finish: str | None = None, usage=None) -> str:
         body = {
             "id": rid,
@@ -171,6 +244,7 @@ async def _stream(engine, token_ids, mm, params, rid, created, model_name, inclu
                 yield chunk({"content": text[len(sent) :]})
                 sent = text
         else:
+            metrics.observe_request(event)
             output = event.outputs[0]
             if len(output.text) > len(sent):
                 yield chunk({"content": output.text[len(sent) :]})

@@ -26,9 +26,11 @@ def default_model_dir() -> Path:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from vlm_server.api import create_app
+    from vision.limits import MediaLimits
+    from vlm_server.api import ServerConfig, create_app
     from vlm_server.async_engine import AsyncEngine
     from vlm_server.engine import Engine, EngineConfig
+    from vlm_server.settings import api_key, log_level
 
     model = args.model
     if model is None:
@@ -38,16 +40,29 @@ def _serve(args: argparse.Namespace) -> int:
             "(its answers are noise)",
             file=sys.stderr,
         )
+    limits = MediaLimits(
+        max_image_pixels=args.max_image_pixels, max_video_frames=args.max_video_frames
+    )
+    per_prompt = tuple(
+        (kind, int(count)) for kind, count in (item.split("=") for item in args.limit_mm_per_prompt)
+    )
     config = EngineConfig(
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
         kv_cache_memory=args.kv_cache_memory,
         allowed_local_media_path=args.allowed_local_media_path,
         allowed_media_domains=tuple(args.allowed_media_domains or ()),
+        limits=limits,
+        limit_mm_per_prompt=per_prompt,
     )
     engine = AsyncEngine(Engine(model, config))
-    app = create_app(engine, args.served_model_name or Path(model).name)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    server = ServerConfig(
+        api_key=args.api_key or api_key(),
+        max_queued_requests=args.max_queued_requests,
+        max_request_bytes=args.max_request_bytes,
+    )
+    app = create_app(engine, args.served_model_name or Path(model).name, server)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=log_level())
     engine.close()
     return 0
 
@@ -87,6 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allowed-local-media-path", help="local media readable below this dir")
     serve.add_argument(
         "--allowed-media-domains", nargs="*", help="domains whose http(s) media may be fetched"
+    )
+    serve.add_argument("--api-key", help="required bearer key (or VLM_SERVER_API_KEY)")
+    serve.add_argument("--max-queued-requests", type=int, default=256)
+    serve.add_argument("--max-request-bytes", type=int, default=64 * 1024 * 1024)
+    serve.add_argument("--max-image-pixels", type=int, default=64_000_000)
+    serve.add_argument("--max-video-frames", type=int, default=768)
+    serve.add_argument(
+        "--limit-mm-per-prompt",
+        nargs="*",
+        default=["image=16", "video=2"],
+        help="most media per prompt, e.g. image=4 video=1",
     )
     serve.set_defaults(func=_serve)
 

@@ -17,8 +17,9 @@ from runner.loader import resolve_model_dir
 from runner.model_runner import ModelRunner
 from runner.models import load_model
 from scheduler import CacheConfig, FinishReason, Request, SamplingParams, Scheduler, SchedulerConfig
+from vision.errors import InvalidMediaRequest
 from vision.ingest import MediaIngestor
-from vision.limits import MediaAccessPolicy
+from vision.limits import MediaAccessPolicy, MediaLimits
 from vision.processor_config import ProcessorConfig
 from vlm_server.messages import parse_conversation
 
@@ -51,6 +52,8 @@ class EngineConfig:
         encoder_cache_tokens: encoder-cache budget in feature tokens (None: automatic).
         allowed_local_media_path: local media files are readable below this directory only.
         allowed_media_domains: http(s) media is fetched from these domains only.
+        limits: media size limits (encoded bytes, decoded pixels, video frames).
+        limit_mm_per_prompt: most images / videos in one prompt (0: that modality is refused).
         seed: seeds requests that have no seed of their own.
     """
 
@@ -64,6 +67,8 @@ class EngineConfig:
     encoder_cache_tokens: int | None = None
     allowed_local_media_path: str | None = None
     allowed_media_domains: tuple[str, ...] = ()
+    limits: MediaLimits = field(default_factory=MediaLimits)
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] = (("image", 16), ("video", 2))
     seed: int = 0
 
 
@@ -122,6 +127,7 @@ class Engine:
         root = Path(config.allowed_local_media_path) if config.allowed_local_media_path else None
         self.ingestor = MediaIngestor(
             self.processor_config,
+            limits=config.limits,
             policy=MediaAccessPolicy(
                 allowed_local_root=root, allowed_domains=config.allowed_media_domains
             ),
@@ -183,6 +189,14 @@ class Engine:
     # -- requests --------------------------------------------------------------------------
     def tokenize_chat(self, messages: list[dict[str, Any]]) -> tuple[list[int], list]:
         parsed = parse_conversation(messages)
+        for modality, limit in self.config.limit_mm_per_prompt:
+            count = sum(1 for m in parsed.media if m.modality == modality)
+            if count > limit:
+                raise InvalidMediaRequest(
+                    f"the prompt has {count} {modality} items; at most {limit} are allowed "
+                    "(--limit-mm-per-prompt)",
+                    param="messages",
+                )
         ids = self.tokenizer.apply_chat_template(
             parsed.messages, tokenize=True, add_generation_prompt=True
         )

@@ -15,7 +15,7 @@ import uvicorn
 from PIL import Image
 
 from runner.make_tiny import make_tiny
-from vlm_server.api import create_app
+from vlm_server.api import ServerConfig, create_app
 from vlm_server.async_engine import AsyncEngine
 from vlm_server.engine import Engine, EngineConfig
 
@@ -26,16 +26,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    directory = make_tiny("paddleocr_vl", tmp_path_factory.mktemp("serve") / "tiny")
+def start_server(directory, server_config=None, **engine_args):
+    """A real uvicorn server on 127.0.0.1 in a thread; returns (base URL, engine, server,
+    thread)."""
     engine = AsyncEngine(
-        Engine(directory, EngineConfig(max_num_batched_tokens=256, kv_cache_memory=32 << 20))
+        Engine(
+            directory,
+            EngineConfig(max_num_batched_tokens=256, kv_cache_memory=32 << 20, **engine_args),
+        )
     )
     port = free_port()
-    config = uvicorn.Config(
-        create_app(engine, "tiny"), host="127.0.0.1", port=port, log_level="error"
-    )
+    app = create_app(engine, "tiny", server_config)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error")
     instance = uvicorn.Server(config)
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
@@ -46,10 +48,26 @@ def server(tmp_path_factory):
                 break
         except httpx.HTTPError:
             time.sleep(0.05)
-    yield base, engine
+    return base, engine, instance, thread
+
+
+def stop_server(handle):
+    _, engine, instance, thread = handle
     instance.should_exit = True
     thread.join(timeout=10)
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return make_tiny("paddleocr_vl", tmp_path_factory.mktemp("serve") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir):
+    handle = start_server(tiny_dir)
+    yield handle[0], handle[1]
+    stop_server(handle)
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +179,57 @@ def test_concurrent_requests_are_batched(server, image_url):
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         assert list(pool.map(ask, range(8))) == [200] * 8
+
+
+def test_metrics_are_scraped_and_parsed(server, image_url):
+    base, _ = server
+    httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "tiny", "messages": messages(image_url), "max_tokens": 3},
+        timeout=60,
+    )
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    assert values["vlm_num_running"] >= 0 and 0 <= values["vlm_kv_usage"] <= 1
+    assert values["vlm_time_to_first_token_seconds_count"] >= 1
+    assert values['vlm_requests_total{status="ok"}'] >= 1
+    assert "vlm_encoder_cache_hit_rate" in values and "vlm_processor_cache_hit_rate" in values
+    assert values['vlm_e2e_request_latency_seconds_bucket{le="+Inf"}'] >= 1
+
+
+def test_api_key_and_limits(tiny_dir, image_url):
+    handle = start_server(
+        tiny_dir,
+        ServerConfig(api_key="secret", max_request_bytes=200_000),
+        limit_mm_per_prompt=(("image", 1), ("video", 0)),
+    )
+    base = handle[0]
+    try:
+        body = {"model": "tiny", "messages": messages(image_url), "max_tokens": 2}
+        assert httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30).status_code == 401
+        assert httpx.get(f"{base}/health", timeout=30).status_code == 200  # public
+        auth = {"Authorization": "Bearer secret"}
+        ok = httpx.post(f"{base}/v1/chat/completions", json=body, headers=auth, timeout=60)
+        assert ok.status_code == 200
+        two = {"model": "tiny", "messages": messages(image_url) + messages(image_url)}
+        many = httpx.post(f"{base}/v1/chat/completions", json=two, headers=auth, timeout=30)
+        assert many.status_code == 400 and "at most 1" in many.json()["error"]["message"]
+        big = {"model": "tiny", "messages": [{"role": "user", "content": "x" * 300_000}]}
+        large = httpx.post(f"{base}/v1/chat/completions", json=big, headers=auth, timeout=30)
+        assert large.status_code == 413
+    finally:
+        stop_server(handle)
+
+
+def test_full_queue_answers_429(tiny_dir, image_url):
+    handle = start_server(tiny_dir, ServerConfig(max_queued_requests=0))
+    try:
+        body = {"model": "tiny", "messages": messages(image_url), "max_tokens": 2}
+        busy = httpx.post(f"{handle[0]}/v1/chat/completions", json=body, timeout=30)
+        assert busy.status_code == 429 and busy.json()["error"]["type"] == "rate_limit_error"
+    finally:
+        stop_server(handle)
