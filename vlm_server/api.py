@@ -171,6 +171,7 @@ def create_app(engine: AsyncEngine, model_name: str, config: ServerConfig | None
                         model_name,
                         include_usage,
                         metrics,
+                        started,
                     ):
                         yield piece
                 finally:
@@ -180,7 +181,7 @@ def create_app(engine: AsyncEngine, model_name: str, config: ServerConfig | None
         final = None
         in_flight["count"] += 1
         try:
-            async for event in engine.generate(token_ids, mm, params, rid):
+            async for event in engine.generate(token_ids, mm, params, rid, started):
                 if not isinstance(event, TokenEvent):
                     final = event
         finally:
@@ -213,7 +214,9 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-async def _stream(engine, token_ids, mm, params, rid, created, model_name, include_usage, metrics):
+async def _stream(
+    engine, token_ids, mm, params, rid, created, model_name, include_usage, metrics, started
+):
     def chunk(delta: dict[str, Any], finish: str | None = None, usage=None) -> str:
         body = {
             "id": rid,
@@ -232,7 +235,7 @@ async def _stream(engine, token_ids, mm, params, rid, created, model_name, inclu
     tokens: list[int] = []
     sent = ""
     yield chunk({"role": "assistant", "content": ""})
-    async for event in engine.generate(token_ids, mm, params, rid):
+    async for event in engine.generate(token_ids, mm, params, rid, started):
         if isinstance(event, TokenEvent):
             tokens.append(event.token_id)
             text = tokenizer.decode(tokens, skip_special_tokens=True)

@@ -85,7 +85,7 @@ class AsyncEngine:
             self._streams.pop(rid, None)
 
     # -- event loop side -------------------------------------------------------------------
-    async def prepare(self, messages: list[dict[str, Any]]) -> tuple[list[int], list, Any]:
+    async def prepare(self, messages: list[dict[str, Any]]) -> tuple[list[int], Any]:
         """Tokenize and ingest a conversation in the thread pool."""
         loop = asyncio.get_running_loop()
 
@@ -98,14 +98,21 @@ class AsyncEngine:
         return await loop.run_in_executor(self.pool, work)
 
     async def generate(
-        self, token_ids: list[int], mm: Any, params: SamplingParams, request_id: str
+        self,
+        token_ids: list[int],
+        mm: Any,
+        params: SamplingParams,
+        request_id: str,
+        arrival_time: float | None = None,
     ) -> AsyncIterator[TokenEvent | RequestOutput]:
         """Queue a prepared request; yields token events, then the final output. Leaving the
         iteration early (client gone) aborts the request."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = (loop, events)
-        self._commands.put(lambda: self.engine.add_prepared(token_ids, mm, params, request_id))
+        self._commands.put(
+            lambda: self.engine.add_prepared(token_ids, mm, params, request_id, arrival_time)
+        )
         finished = False
         try:
             while True:

@@ -225,10 +225,19 @@ class Engine:
         return rid
 
     def add_prepared(
-        self, token_ids: list[int], mm: Any, params: SamplingParams, request_id: str
+        self,
+        token_ids: list[int],
+        mm: Any,
+        params: SamplingParams,
+        request_id: str,
+        arrival_time: float | None = None,
     ) -> None:
-        """Queue a request whose prompt is already expanded (media ingested elsewhere)."""
-        request = Request(request_id, list(token_ids), params, self.eos_token_id, mm)
+        """Queue a request whose prompt is already expanded (media ingested elsewhere);
+        ``arrival_time`` (monotonic) is when preprocessing started."""
+        arrival = arrival_time if arrival_time is not None else time.monotonic()
+        request = Request(
+            request_id, list(token_ids), params, self.eos_token_id, mm, arrival_time=arrival
+        )
         self._tracked[request_id] = _Tracked(request)
         self.scheduler.add_request(request)
 
