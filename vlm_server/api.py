@@ -19,6 +19,13 @@ from vision.errors import MediaError
 from vlm_server import __version__
 from vlm_server.async_engine import AsyncEngine, TokenEvent
 from vlm_server.metrics import ServerMetrics
+from vlm_server.multipart import (
+    OCR_TASKS,
+    MultipartError,
+    chat_body_from_form,
+    generate_body_from_form,
+    read_files,
+)
 
 
 class APIError(Exception):
@@ -129,14 +136,64 @@ def create_app(engine: AsyncEngine, model_name: str, config: ServerConfig | None
             "data": [{"id": model_name, "object": "model", "owned_by": "vlm-serve"}],
         }
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
+    async def parse_body(request: Request) -> dict[str, Any]:
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            form = await request.form()
+            try:
+                return chat_body_from_form(form, await read_files(form))
+            except MultipartError as e:
+                raise APIError(400, str(e), "invalid_request_error") from None
         try:
-            body = await request.json()
+            return await request.json()
         except json.JSONDecodeError:
             raise APIError(
                 400, "the request body is not valid JSON", "invalid_request_error"
             ) from None
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await complete(await parse_body(request))
+
+    @app.post("/v1/generate")
+    async def generate(request: Request):
+        """Multipart: ``prompt``, repeated ``image``/``video`` files, sampling fields."""
+        form = await request.form()
+        try:
+            body = generate_body_from_form(form, await read_files(form))
+        except MultipartError as e:
+            raise APIError(400, str(e), "invalid_request_error") from None
+        return await complete(body)
+
+    @app.post("/v1/ocr")
+    async def ocr(request: Request):
+        """One result per page image (``page`` file parts); ``task`` ocr/table/formula/chart."""
+        form = await request.form()
+        files = await read_files(form)
+        task = str(form.get("task") or "ocr")
+        if task not in OCR_TASKS:
+            raise APIError(
+                400, f"task must be one of {', '.join(OCR_TASKS)}", "invalid_request_error", "task"
+            )
+        pages = files.get("page") or files.get("image") or []
+        if not pages:
+            raise APIError(400, "send pages as 'page' file parts", "invalid_request_error", "page")
+        max_tokens = int(form.get("max_tokens") or 512)
+        results = []
+        for index, page in enumerate(pages):
+            content = [
+                {"type": "image_url", "image_url": {"url": page}},
+                {"type": "text", "text": OCR_TASKS[task]},
+            ]
+            body = {
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+            }
+            reply = await complete(body)
+            results.append({"page": index, "text": reply["choices"][0]["message"]["content"]})
+        return {"task": task, "pages": results}
+
+    async def complete(body: dict[str, Any]):
         if body.get("model") not in (None, model_name):
             raise APIError(
                 404, f"model {body.get('model')!r} not found", "not_found_error", "model"

@@ -233,3 +233,69 @@ def test_full_queue_answers_429(tiny_dir, image_url):
         assert busy.status_code == 429 and busy.json()["error"]["type"] == "rate_limit_error"
     finally:
         stop_server(handle)
+
+
+@pytest.fixture(scope="module")
+def png_bytes(image_url):
+    return base64.b64decode(image_url.split(",", 1)[1])
+
+
+def test_multipart_chat_with_an_attachment(server, image_url, png_bytes):
+    import json
+
+    base, _ = server
+    request = {
+        "model": "tiny",
+        "messages": messages("attachment://scan"),
+        "max_tokens": 4,
+        "temperature": 0,
+    }
+    multipart = httpx.post(
+        f"{base}/v1/chat/completions",
+        data={"request": json.dumps(request)},
+        files={"scan": ("scan.png", png_bytes, "image/png")},
+        timeout=60,
+    )
+    inline = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={**request, "messages": messages(image_url)},
+        timeout=60,
+    )
+    assert multipart.status_code == 200 and inline.status_code == 200
+    assert (
+        multipart.json()["choices"][0]["message"]["content"]
+        == inline.json()["choices"][0]["message"]["content"]
+    )
+    missing = httpx.post(
+        f"{base}/v1/chat/completions",
+        data={"request": json.dumps({**request, "messages": messages("attachment://nope")})},
+        files={"scan": ("scan.png", png_bytes, "image/png")},
+        timeout=60,
+    )
+    assert missing.status_code == 400 and "nope" in missing.json()["error"]["message"]
+
+
+def test_generate_endpoint_and_ocr_pages(server, png_bytes, coffee):
+    base, _ = server
+    reply = httpx.post(
+        f"{base}/v1/generate",
+        data={"prompt": "OCR:", "max_tokens": "3", "temperature": "0"},
+        files=[("image", ("a.png", png_bytes, "image/png"))],
+        timeout=60,
+    )
+    assert reply.status_code == 200
+    assert reply.json()["usage"]["completion_tokens"] <= 3
+    buf = io.BytesIO()
+    Image.fromarray(coffee[:160, :220]).save(buf, "JPEG")
+    pages = [
+        ("page", ("1.png", png_bytes, "image/png")),
+        ("page", ("2.jpg", buf.getvalue(), "image/jpeg")),
+    ]
+    ocr = httpx.post(
+        f"{base}/v1/ocr", data={"task": "table", "max_tokens": "3"}, files=pages, timeout=120
+    )
+    assert ocr.status_code == 200
+    body = ocr.json()
+    assert body["task"] == "table" and [p["page"] for p in body["pages"]] == [0, 1]
+    bad = httpx.post(f"{base}/v1/ocr", data={"task": "poem"}, files=pages[:1], timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "task"
