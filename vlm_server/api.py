@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from scheduler.contracts import SamplingParams
 from vision.errors import MediaError
+from vision.pdf import is_pdf, render_pdf
 from vlm_server import __version__
 from vlm_server.async_engine import AsyncEngine, TokenEvent
 from vlm_server.metrics import ServerMetrics
@@ -174,7 +175,10 @@ def create_app(engine: AsyncEngine, model_name: str, config: ServerConfig | None
             raise APIError(
                 400, f"task must be one of {', '.join(OCR_TASKS)}", "invalid_request_error", "task"
             )
-        pages = files.get("page") or files.get("image") or []
+        uploads = files.get("page") or files.get("image") or []
+        pages = []
+        for upload in uploads:  # a PDF contributes one image per page
+            pages.extend(render_pdf(upload) if is_pdf(upload) else [upload])
         if not pages:
             raise APIError(400, "send pages as 'page' file parts", "invalid_request_error", "page")
         max_tokens = int(form.get("max_tokens") or 512)

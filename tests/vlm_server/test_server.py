@@ -299,3 +299,24 @@ def test_generate_endpoint_and_ocr_pages(server, png_bytes, coffee):
     assert body["task"] == "table" and [p["page"] for p in body["pages"]] == [0, 1]
     bad = httpx.post(f"{base}/v1/ocr", data={"task": "poem"}, files=pages[:1], timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "task"
+
+
+def test_ocr_renders_pdf_pages(server, astronaut, coffee):
+    base, _ = server
+    images = [Image.fromarray(astronaut[:200, :150]), Image.fromarray(coffee[:180, :240])]
+    buf = io.BytesIO()
+    images[0].save(buf, "PDF", save_all=True, append_images=images[1:])
+    reply = httpx.post(
+        f"{base}/v1/ocr",
+        data={"max_tokens": "2"},
+        files=[("page", ("doc.pdf", buf.getvalue(), "application/pdf"))],
+        timeout=120,
+    )
+    assert reply.status_code == 200
+    assert [p["page"] for p in reply.json()["pages"]] == [0, 1]
+    broken = httpx.post(
+        f"{base}/v1/ocr",
+        files=[("page", ("bad.pdf", b"%PDF-1.4 nonsense", "application/pdf"))],
+        timeout=60,
+    )
+    assert broken.status_code == 422
