@@ -6,6 +6,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vision.processor_config import CLIP_MEAN, CLIP_STD
+
+
+def _image_processor(kind: str, mean, std, **fields: Any) -> dict[str, Any]:
+    """A ``preprocessor_config.json`` with the fields every family's image processor shares."""
+    return {
+        "image_processor_type": kind,
+        "do_resize": True,
+        "resample": 3,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(mean),
+        "image_std": list(std),
+        "do_convert_rgb": True,
+        "patch_size": 14,
+        "merge_size": 2,
+        **fields,
+    }
+
 
 @dataclass(frozen=True)
 class TinySpec:
@@ -97,22 +117,14 @@ QWEN_TEXT = {
     "image_token_id": "<|image_pad|>",
     "video_token_id": "<|video_pad|>",
 }
-QWEN_PREPROCESSOR = {
-    "image_processor_type": "Qwen2VLImageProcessor",
-    "do_resize": True,
-    "resample": 3,
-    "do_rescale": True,
-    "rescale_factor": 1 / 255,
-    "do_normalize": True,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "do_convert_rgb": True,
-    "min_pixels": 3136,
-    "max_pixels": 12845056,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-}
+QWEN_PREPROCESSOR = _image_processor(
+    "Qwen2VLImageProcessor",
+    CLIP_MEAN,
+    CLIP_STD,
+    min_pixels=3136,
+    max_pixels=12845056,
+    temporal_patch_size=2,
+)
 
 
 def _qwen_spec(qwen25: bool) -> TinySpec:
@@ -262,27 +274,19 @@ ERNIE_VL_SPEC = TinySpec(
             "spatial_merge_size": 2,
         },
     },
-    preprocessor={
-        "image_processor_type": "Ernie4_5_VLImageProcessor",
-        "do_resize": True,
-        "resample": 3,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711],
-        "do_convert_rgb": True,
-        "min_pixels": 3136,
-        "max_pixels": 28 * 28 * 6177,
-        "patch_size": 14,
-        "merge_size": 2,
-        "temporal_conv_size": 2,
-        "video_min_pixels": 299 * 28 * 28,
-        "video_max_pixels": 1196 * 28 * 28,
-        "video_fps": 2,
-        "video_min_frames": 16,
-        "video_max_frames": 180,
-    },
+    preprocessor=_image_processor(
+        "Ernie4_5_VLImageProcessor",
+        CLIP_MEAN,
+        CLIP_STD,
+        min_pixels=3136,
+        max_pixels=28 * 28 * 6177,
+        temporal_conv_size=2,
+        video_min_pixels=299 * 28 * 28,
+        video_max_pixels=1196 * 28 * 28,
+        video_fps=2,
+        video_min_frames=16,
+        video_max_frames=180,
+    ),
     chat_template=ERNIE_VL_TEMPLATE,
     bos="<|begin_of_sentence|>",
     eos="</s>",
@@ -351,23 +355,15 @@ SPECS: dict[str, TinySpec] = {
                 "tokens_per_second": 2,
             },
         },
-        preprocessor={
-            "image_processor_type": "PaddleOCRVLImageProcessor",
-            "processor_class": "PaddleOCRVLProcessor",
-            "do_resize": True,
-            "resample": 3,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "do_convert_rgb": True,
-            "min_pixels": 112896,
-            "max_pixels": 1003520,
-            "patch_size": 14,
-            "temporal_patch_size": 1,
-            "merge_size": 2,
-        },
+        preprocessor=_image_processor(
+            "PaddleOCRVLImageProcessor",
+            (0.5, 0.5, 0.5),
+            (0.5, 0.5, 0.5),
+            processor_class="PaddleOCRVLProcessor",
+            min_pixels=112896,
+            max_pixels=1003520,
+            temporal_patch_size=1,
+        ),
         chat_template=PADDLEOCR_VL_TEMPLATE,
         bos="<|begin_of_sentence|>",
         eos="</s>",
